@@ -1,0 +1,497 @@
+package core
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Event is one committed change, at revision Rev, as etcd's watch sends it.
+type Event struct {
+	Rev int64
+	*mvccpb.Event
+}
+
+// Write is one engine mutation that a work item asks the driver to make.
+type Write struct {
+	Key, Value []byte
+	Delete     bool
+}
+
+// Effects is what evaluating a work item produced: the engine writes to
+// commit in the work's transaction, and what to release once its revision
+// commits. A late or failed evaluation has no writes.
+type Effects struct {
+	// Writes to apply in the engine transaction, then commit.
+	Writes []Write
+	// Events the revision emits once committed, in order.
+	Events []Event
+	// Response to the request (nil for internal work).
+	Response *pb.ResponseOp
+	// Err is a request error (e.g. ErrFutureRev): the revision is a no-op
+	// and the client gets Err.
+	Err error
+	// Late: the work touched a key already touched by a later revision;
+	// its revision is abandoned and the request dealt again.
+	Late bool
+	// Applied reports, for fence work, that the fenced revision was found
+	// applied in the engine.
+	Applied bool
+}
+
+// Evaluate runs a work item against a snapshot (the driver's engine
+// transaction) and returns the writes to commit and what to release. It
+// is pure and safe to call outside the node's lock; only rd is read.
+func Evaluate(rd Reader, w *Work) (*Effects, error) {
+	switch w.Kind {
+	case WorkFence:
+		return evaluateFence(rd, w.Rev)
+	case WorkRequest:
+	default:
+		return nil, ErrEmptyRequest
+	}
+	tx := &txnEval{rd: rd, rev: w.Rev, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
+	resp, err := tx.request(w.Request)
+	switch {
+	case errors.Is(err, errLate):
+		return &Effects{Late: true}, nil
+	case isRequestError(err):
+		// The failure may rest on what the work read: keep the touches so
+		// the answer stays ordered, drop everything else.
+		tx.discard()
+		return &Effects{Err: err, Writes: tx.writes()}, nil
+	case err != nil:
+		return nil, err
+	}
+	return &Effects{Writes: tx.writes(), Events: tx.events, Response: resp}, nil
+}
+
+// isRequestError tells errors the client caused from engine failures.
+func isRequestError(err error) bool {
+	for _, e := range []error{ErrCompacted, ErrFutureRev, ErrKeyNotFound, ErrLeaseNotFound, ErrEmptyRequest} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// evaluateFence resolves an uncertain revision: if its record is in the
+// engine it was applied; otherwise the fence writes a Fenced record, which
+// makes any delayed copy of the original transaction conflict.
+func evaluateFence(rd Reader, rev int64) (*Effects, error) {
+	v, ok, err := rd.Get(RevisionKey(rev))
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		rec, err := DecodeRevisionRecord(v)
+		if err != nil {
+			return nil, err
+		}
+		return &Effects{Applied: !rec.Fenced}, nil
+	}
+	fenced := AppendRevisionRecord(nil, &RevisionRecord{Fenced: true})
+	return &Effects{Writes: []Write{{Key: RevisionKey(rev), Value: fenced}}}, nil
+}
+
+// entry is a key's state inside one evaluation.
+type entry struct {
+	key     []byte
+	orig    *Record // latest record before the work (nil: none)
+	cur     *Record // state as the work sees it now (nil: absent)
+	written bool
+}
+
+type txnEval struct {
+	rd                   Reader
+	rev                  int64
+	serial               bool
+	committed, compacted int64
+	cache                map[string]*entry
+	order                []*entry
+	events               []Event
+}
+
+// get returns the entry of a single key, reading it on first use. A key
+// touched by a later revision makes the work late.
+func (tx *txnEval) get(key []byte) (*entry, error) {
+	if e, ok := tx.cache[string(key)]; ok {
+		return e, nil
+	}
+	rec, err := readLatest(tx.rd, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil && rec.Touch >= tx.rev {
+		return nil, errLate
+	}
+	e := &entry{key: bytes.Clone(key), orig: rec}
+	if rec.alive() {
+		e.cur = rec
+	}
+	tx.cache[string(key)] = e
+	tx.order = append(tx.order, e)
+	return e, nil
+}
+
+// discard forgets the work's changes, keeping only what it read.
+func (tx *txnEval) discard() {
+	for _, e := range tx.order {
+		e.written = false
+		e.cur = nil
+		if e.orig.alive() {
+			e.cur = e.orig
+		}
+	}
+	tx.events = nil
+}
+
+// writes renders the evaluation's engine writes: new latest and history
+// records for written keys, the touch for keys only read, and the
+// revision record.
+func (tx *txnEval) writes() []Write {
+	ws := make([]Write, 0, 2*len(tx.order)+1)
+	rr := RevisionRecord{Events: make([]RevisionEvent, 0, len(tx.events))}
+	for _, ev := range tx.events {
+		rr.Events = append(rr.Events, RevisionEvent{Delete: ev.Type == mvccpb.DELETE, Key: ev.Kv.Key})
+	}
+	for _, e := range tx.order {
+		var rec Record
+		switch {
+		case e.written && e.cur != nil:
+			rec = *e.cur
+		case e.written:
+			rec = Record{Tombstone: true, ModRev: tx.rev}
+		case e.orig != nil:
+			rec = *e.orig
+		default:
+			rec = Record{Tombstone: true}
+		}
+		rec.Touch = tx.rev
+		enc := AppendRecord(nil, &rec)
+		ws = append(ws, Write{Key: LatestKey(e.key), Value: enc})
+		if e.written {
+			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: enc})
+		}
+	}
+	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr)})
+}
+
+func (tx *txnEval) header() *pb.ResponseHeader { return &pb.ResponseHeader{Revision: tx.rev} }
+
+func (tx *txnEval) request(op *pb.RequestOp) (*pb.ResponseOp, error) {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestPut:
+		r, err := tx.put(tv.RequestPut)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: r}}, err
+	case *pb.RequestOp_RequestDeleteRange:
+		r, err := tx.deleteRange(tv.RequestDeleteRange)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: r}}, err
+	case *pb.RequestOp_RequestRange:
+		r, err := tx.rangeOp(tv.RequestRange)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: r}}, err
+	case *pb.RequestOp_RequestTxn:
+		path, err := tx.comparePath(tv.RequestTxn)
+		if err != nil {
+			return nil, err
+		}
+		r, err := tx.txn(tv.RequestTxn, &path)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: r}}, err
+	}
+	return nil, ErrEmptyRequest
+}
+
+func (tx *txnEval) put(p *pb.PutRequest) (*pb.PutResponse, error) {
+	e, err := tx.get(p.Key)
+	if err != nil {
+		return nil, err
+	}
+	prev := e.cur
+	if (p.IgnoreValue || p.IgnoreLease) && prev == nil {
+		return nil, ErrKeyNotFound
+	}
+	rec := &Record{ModRev: tx.rev, CreateRev: tx.rev, Version: 1, Value: p.Value, Lease: p.Lease}
+	if prev != nil {
+		rec.CreateRev, rec.Version = prev.CreateRev, prev.Version+1
+		if p.IgnoreValue {
+			rec.Value = prev.Value
+		}
+		if p.IgnoreLease {
+			rec.Lease = prev.Lease
+		}
+	}
+	e.cur, e.written = rec, true
+	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: rec.keyValue(e.key)}
+	resp := &pb.PutResponse{Header: tx.header()}
+	if prev != nil {
+		ev.PrevKv = prev.keyValue(e.key)
+		if p.PrevKv {
+			resp.PrevKv = ev.PrevKv
+		}
+	}
+	tx.events = append(tx.events, Event{Rev: tx.rev, Event: ev})
+	return resp, nil
+}
+
+func (tx *txnEval) deleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp := &pb.DeleteRangeResponse{Header: tx.header()}
+	keys, err := tx.keysIn(d.Key, d.RangeEnd)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		e, err := tx.get(k)
+		if err != nil {
+			return nil, err
+		}
+		if e.cur == nil {
+			continue
+		}
+		prev := e.cur
+		e.cur, e.written = nil, true
+		ev := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: e.key, ModRevision: tx.rev}, PrevKv: prev.keyValue(e.key)}
+		tx.events = append(tx.events, Event{Rev: tx.rev, Event: ev})
+		resp.Deleted++
+		if d.PrevKv {
+			resp.PrevKvs = append(resp.PrevKvs, ev.PrevKv)
+		}
+	}
+	return resp, nil
+}
+
+// keysIn lists the keys a single-key or ranged operation addresses. A
+// single key is returned as is (it may not exist); a range is read as of
+// the previous revision (serial work: every earlier revision is final)
+// merged with the work's own writes.
+func (tx *txnEval) keysIn(key, end []byte) ([][]byte, error) {
+	if len(end) == 0 {
+		return [][]byte{key}, nil
+	}
+	kvs, err := tx.aliveIn(key, end)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([][]byte, len(kvs))
+	for i, kv := range kvs {
+		keys[i] = kv.Key
+	}
+	return keys, nil
+}
+
+// aliveIn returns the keys alive in [key, end) as the work sees them.
+func (tx *txnEval) aliveIn(key, end []byte) ([]*mvccpb.KeyValue, error) {
+	if len(end) == 0 {
+		e, err := tx.get(key)
+		if err != nil || e.cur == nil {
+			return nil, err
+		}
+		return []*mvccpb.KeyValue{e.cur.keyValue(e.key)}, nil
+	}
+	if !tx.serial {
+		// Dealing marks every ranged request serial; reaching here means
+		// the work was built wrongly, and reading would break the order.
+		return nil, errNotSerial
+	}
+	base, err := aliveAt(tx.rd, key, end, tx.rev-1)
+	if err != nil {
+		return nil, err
+	}
+	s := span{key, end}
+	changed := false
+	byKey := make(map[string]*mvccpb.KeyValue, len(base))
+	for _, kv := range base {
+		byKey[string(kv.Key)] = kv
+	}
+	for _, e := range tx.order {
+		if !e.written || !s.contains(e.key) {
+			continue
+		}
+		changed = true
+		if e.cur == nil {
+			delete(byKey, string(e.key))
+		} else {
+			byKey[string(e.key)] = e.cur.keyValue(e.key)
+		}
+	}
+	if !changed {
+		return base, nil
+	}
+	out := make([]*mvccpb.KeyValue, 0, len(byKey))
+	for _, kv := range byKey {
+		out = append(out, kv)
+	}
+	slices.SortFunc(out, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+var errNotSerial = errors.New("core: ranged operation in non-serial work")
+
+func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	var (
+		kvs []*mvccpb.KeyValue
+		err error
+	)
+	if r.Revision > 0 {
+		rev, err := checkRevision(r.Revision, tx.committed, tx.compacted)
+		if err != nil {
+			return nil, err
+		}
+		kvs, err = aliveAt(tx.rd, r.Key, r.RangeEnd, rev)
+		if err != nil {
+			return nil, err
+		}
+	} else if kvs, err = tx.aliveIn(r.Key, r.RangeEnd); err != nil {
+		return nil, err
+	}
+	resp := shapeRange(r, kvs)
+	resp.Header = tx.header()
+	return resp, nil
+}
+
+// comparePath evaluates the compares of a txn and of every nested txn on
+// the branch taken, before any operation runs, as etcd does.
+func (tx *txnEval) comparePath(t *pb.TxnRequest) ([]bool, error) {
+	ok := true
+	for _, c := range t.Compare {
+		good, err := tx.compare(c)
+		if err != nil {
+			return nil, err
+		}
+		if !good {
+			ok = false
+			break
+		}
+	}
+	path := []bool{ok}
+	ops := t.Success
+	if !ok {
+		ops = t.Failure
+	}
+	for _, op := range ops {
+		if nt := op.GetRequestTxn(); nt != nil {
+			sub, err := tx.comparePath(nt)
+			if err != nil {
+				return nil, err
+			}
+			path = append(path, sub...)
+		}
+	}
+	return path, nil
+}
+
+func (tx *txnEval) compare(c *pb.Compare) (bool, error) {
+	kvs, err := tx.aliveIn(c.Key, c.RangeEnd)
+	if err != nil {
+		return false, err
+	}
+	if len(kvs) == 0 {
+		if c.Target == pb.Compare_VALUE {
+			return false, nil
+		}
+		return compareKeyValue(c, &mvccpb.KeyValue{}), nil
+	}
+	for _, kv := range kvs {
+		if !compareKeyValue(c, kv) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+	var res int
+	switch c.Target {
+	case pb.Compare_VALUE:
+		res = bytes.Compare(kv.Value, c.GetValue())
+	case pb.Compare_CREATE:
+		res = cmpInt(kv.CreateRevision, c.GetCreateRevision())
+	case pb.Compare_MOD:
+		res = cmpInt(kv.ModRevision, c.GetModRevision())
+	case pb.Compare_VERSION:
+		res = cmpInt(kv.Version, c.GetVersion())
+	case pb.Compare_LEASE:
+		res = cmpInt(kv.Lease, c.GetLease())
+	}
+	switch c.Result {
+	case pb.Compare_EQUAL:
+		return res == 0
+	case pb.Compare_NOT_EQUAL:
+		return res != 0
+	case pb.Compare_GREATER:
+		return res > 0
+	case pb.Compare_LESS:
+		return res < 0
+	}
+	return true
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// txn runs the branch chosen by path[0]; nested txns consume the rest of
+// path in order.
+func (tx *txnEval) txn(t *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, error) {
+	ok := (*path)[0]
+	*path = (*path)[1:]
+	ops := t.Success
+	if !ok {
+		ops = t.Failure
+	}
+	resp := &pb.TxnResponse{Header: tx.header(), Succeeded: ok, Responses: make([]*pb.ResponseOp, 0, len(ops))}
+	for _, op := range ops {
+		var (
+			r   *pb.ResponseOp
+			err error
+		)
+		if nt := op.GetRequestTxn(); nt != nil {
+			var tr *pb.TxnResponse
+			tr, err = tx.txn(nt, path)
+			r = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
+		} else {
+			r, err = tx.request(op)
+		}
+		if err != nil {
+			return nil, err
+		}
+		resp.Responses = append(resp.Responses, r)
+	}
+	return resp, nil
+}
+
+// needsSerial reports whether a request reads or deletes a key range in
+// the present: such work may start only when every earlier revision is
+// final, since a range cannot be protected key by key.
+func needsSerial(op *pb.RequestOp) bool {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestDeleteRange:
+		return len(tv.RequestDeleteRange.GetRangeEnd()) > 0
+	case *pb.RequestOp_RequestRange:
+		return len(tv.RequestRange.GetRangeEnd()) > 0 && tv.RequestRange.GetRevision() <= 0
+	case *pb.RequestOp_RequestTxn:
+		t := tv.RequestTxn
+		for _, c := range t.GetCompare() {
+			if len(c.GetRangeEnd()) > 0 {
+				return true
+			}
+		}
+		for _, ops := range [][]*pb.RequestOp{t.GetSuccess(), t.GetFailure()} {
+			for _, o := range ops {
+				if needsSerial(o) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

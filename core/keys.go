@@ -1,0 +1,196 @@
+package core
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+)
+
+// The engine keyspace. Every Axon key starts with the 4-byte magic and a
+// one-byte space tag, so Axon can share an engine with other data and
+// each space is one contiguous range:
+//
+//	latest   magic 'L' esc(key)               → latest record of key
+//	history  magic 'H' esc(key) BE64(rev)     → record of key at rev
+//	revision magic 'R' BE64(rev)              → what revision rev did
+//	meta     magic 'M' name                   → compact revision, ...
+//	lease    magic 'E' BE64(id)               → lease record
+//
+// esc is an order-preserving, prefix-free escaping, so any binary key
+// works and encodings sort exactly as raw keys do.
+var magic = [4]byte{0x57, 0xfb, 0x80, 0x8b}
+
+// Space tags.
+const (
+	spaceLatest   byte = 'L'
+	spaceHistory  byte = 'H'
+	spaceRevision byte = 'R'
+	spaceMeta     byte = 'M'
+	spaceLease    byte = 'E'
+)
+
+// Escaping: 0x00 becomes 0x00 0xFF and a key ends with 0x00 0x01. The
+// terminator sorts below every escaped byte, so a key sorts before its
+// extensions, and no encoding is a prefix of another.
+const (
+	escByte     = 0x00
+	escEscaped  = 0xFF
+	escTerminus = 0x01
+)
+
+// ErrBadKey reports an engine key that is not a valid Axon encoding.
+var ErrBadKey = errors.New("core: malformed engine key")
+
+func spacePrefix(space byte) []byte {
+	return []byte{magic[0], magic[1], magic[2], magic[3], space}
+}
+
+// appendEscaped appends esc(key) to dst.
+func appendEscaped(dst, key []byte) []byte {
+	for {
+		i := bytes.IndexByte(key, escByte)
+		if i < 0 {
+			dst = append(dst, key...)
+			break
+		}
+		dst = append(dst, key[:i+1]...)
+		dst = append(dst, escEscaped)
+		key = key[i+1:]
+	}
+	return append(dst, escByte, escTerminus)
+}
+
+// readEscaped decodes esc(key) from the start of b and returns the raw
+// key and the rest of b.
+func readEscaped(b []byte) (key, rest []byte, err error) {
+	key = make([]byte, 0, len(b))
+	for {
+		i := bytes.IndexByte(b, escByte)
+		if i < 0 || i+1 >= len(b) {
+			return nil, nil, ErrBadKey
+		}
+		key = append(key, b[:i]...)
+		switch b[i+1] {
+		case escTerminus:
+			return key, b[i+2:], nil
+		case escEscaped:
+			key = append(key, escByte)
+			b = b[i+2:]
+		default:
+			return nil, nil, ErrBadKey
+		}
+	}
+}
+
+func headerOK(b []byte, space byte) bool {
+	return len(b) >= 5 && b[0] == magic[0] && b[1] == magic[1] && b[2] == magic[2] && b[3] == magic[3] && b[4] == space
+}
+
+// LatestKey is the engine key of key's latest record.
+func LatestKey(key []byte) []byte {
+	return appendEscaped(append(make([]byte, 0, len(key)+8), spacePrefix(spaceLatest)...), key)
+}
+
+// DecodeLatestKey returns the raw key of a LatestKey encoding.
+func DecodeLatestKey(b []byte) ([]byte, error) {
+	if !headerOK(b, spaceLatest) {
+		return nil, ErrBadKey
+	}
+	key, rest, err := readEscaped(b[5:])
+	if err != nil || len(rest) != 0 {
+		return nil, ErrBadKey
+	}
+	return key, nil
+}
+
+// HistoryKey is the engine key of key's record at revision rev. For one
+// key, encodings sort by ascending revision.
+func HistoryKey(key []byte, rev int64) []byte {
+	b := appendEscaped(append(make([]byte, 0, len(key)+16), spacePrefix(spaceHistory)...), key)
+	return binary.BigEndian.AppendUint64(b, uint64(rev))
+}
+
+// DecodeHistoryKey returns the raw key and revision of a HistoryKey.
+func DecodeHistoryKey(b []byte) (key []byte, rev int64, err error) {
+	if !headerOK(b, spaceHistory) {
+		return nil, 0, ErrBadKey
+	}
+	key, rest, err := readEscaped(b[5:])
+	if err != nil || len(rest) != 8 {
+		return nil, 0, ErrBadKey
+	}
+	return key, int64(binary.BigEndian.Uint64(rest)), nil
+}
+
+// RevisionKey is the engine key of revision rev's record.
+func RevisionKey(rev int64) []byte {
+	return binary.BigEndian.AppendUint64(spacePrefix(spaceRevision), uint64(rev))
+}
+
+// DecodeRevisionKey returns the revision of a RevisionKey.
+func DecodeRevisionKey(b []byte) (int64, error) {
+	if !headerOK(b, spaceRevision) || len(b) != 13 {
+		return 0, ErrBadKey
+	}
+	return int64(binary.BigEndian.Uint64(b[5:])), nil
+}
+
+// LeaseKey is the engine key of lease id's record.
+func LeaseKey(id int64) []byte {
+	return binary.BigEndian.AppendUint64(spacePrefix(spaceLease), uint64(id))
+}
+
+// DecodeLeaseKey returns the lease id of a LeaseKey.
+func DecodeLeaseKey(b []byte) (int64, error) {
+	if !headerOK(b, spaceLease) || len(b) != 13 {
+		return 0, ErrBadKey
+	}
+	return int64(binary.BigEndian.Uint64(b[5:])), nil
+}
+
+// MetaKey is the engine key of a named meta record.
+func MetaKey(name string) []byte {
+	return append(spacePrefix(spaceMeta), name...)
+}
+
+// Meta record names.
+const (
+	MetaCompact = "compact" // the compact revision, BE64
+)
+
+// latestBounds returns the engine range [lower, upper) of latest records
+// for raw keys in [key, end) with etcd's range_end conventions: empty end
+// is the single key, "\x00" is every key from key on.
+func latestBounds(key, end []byte) (lower, upper []byte) {
+	lower = LatestKey(key)
+	switch {
+	case len(end) == 0:
+		upper = append(lower[:len(lower):len(lower)], 0) // just past this key
+	case len(end) == 1 && end[0] == 0:
+		upper = spacePrefix(spaceLatest + 1)
+	default:
+		upper = LatestKey(end)
+	}
+	return lower, upper
+}
+
+// historyBounds is latestBounds for history records (all revisions).
+func historyBounds(key, end []byte) (lower, upper []byte) {
+	lower = appendEscaped(spacePrefix(spaceHistory), key)
+	switch {
+	case len(end) == 0:
+		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), ^uint64(0))
+		upper = append(upper, 0)
+	case len(end) == 1 && end[0] == 0:
+		upper = spacePrefix(spaceHistory + 1)
+	default:
+		upper = appendEscaped(spacePrefix(spaceHistory), end)
+	}
+	return lower, upper
+}
+
+// keyHistoryBounds is the engine range of key's history records with
+// revisions in [from, to).
+func keyHistoryBounds(key []byte, from, to int64) (lower, upper []byte) {
+	return HistoryKey(key, from), HistoryKey(key, to)
+}

@@ -1,0 +1,414 @@
+package core
+
+import (
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// RequestID names a client request across its attempts; the driver picks
+// it and gets it back with the response.
+type RequestID uint64
+
+// WorkKind says what a work item asks the driver to run.
+type WorkKind uint8
+
+const (
+	// WorkRequest evaluates a write request at its dealt revision.
+	WorkRequest WorkKind = iota + 1
+	// WorkFence resolves an uncertain revision (DESIGN §5).
+	WorkFence
+	// WorkCompact stores a new compact revision.
+	WorkCompact
+	// WorkCatchUp reads events for a watcher behind the ring.
+	WorkCatchUp
+)
+
+// Work is one engine transaction for the driver to run: begin a
+// transaction, Evaluate (or ReadEvents for catch-up, CompactWrites for
+// compaction) against it, apply the writes, commit, then Report.
+type Work struct {
+	Kind    WorkKind
+	Rev     int64 // dealt revision (WorkRequest, WorkFence)
+	ID      RequestID
+	Request *pb.RequestOp
+	// Serial work was held until every earlier revision was final.
+	Serial bool
+	// Committed and Compacted as of dealing, for reads at a revision.
+	Committed, Compacted int64
+	// Attempt counts earlier attempts of the same request or fence; the
+	// driver backs off by it.
+	Attempt int
+	// Watch and From/To address a catch-up read.
+	Watch    WatchID
+	From, To int64
+}
+
+// Outcome is what the engine said about a work's commit.
+type Outcome uint8
+
+const (
+	// Committed: the transaction was applied.
+	Committed Outcome = iota + 1
+	// NotApplied: the transaction definitely was not applied (conflict,
+	// definite error, unavailable, or evaluation said late/failed).
+	NotApplied
+	// Uncertain: the engine did not say; it may apply it, even later.
+	Uncertain
+)
+
+// Response is a request's answer, released in revision order.
+type Response struct {
+	ID       RequestID
+	Rev      int64
+	Response *pb.ResponseOp
+	Err      error
+}
+
+// Ready is what the node asks of its driver since the last call.
+type Ready struct {
+	// Work to run, in any order and concurrently.
+	Work []*Work
+	// Responses to deliver to waiting clients.
+	Responses []Response
+	// WatchResponses to deliver, in order per watch.
+	WatchResponses []WatchResponse
+	// Committed is the commit point C after these outputs.
+	Committed int64
+}
+
+// Config tunes a node.
+type Config struct {
+	// RingSize is how many recent events stay in memory (default 65536).
+	RingSize int
+	// MaxTxnOps is etcd's --max-txn-ops (default 128).
+	MaxTxnOps int
+	// MaxAttempts bounds how often one request is dealt again after
+	// conflicts, lateness or engine failures (default 64).
+	MaxAttempts int
+	// CatchUpBatch bounds the revisions one catch-up read covers.
+	CatchUpBatch int
+}
+
+func (c Config) withDefaults() Config {
+	if c.RingSize <= 0 {
+		c.RingSize = 1 << 16
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 64
+	}
+	if c.CatchUpBatch <= 0 {
+		c.CatchUpBatch = 1024
+	}
+	return c
+}
+
+// State is what a node starts from, read from the engine by Recover.
+type State struct {
+	// Committed is the highest revision stored: everything at or below
+	// it is final.
+	Committed int64
+	Compacted int64
+}
+
+type slotState uint8
+
+const (
+	slotRunning   slotState = iota + 1 // work out at the driver
+	slotHeld                           // serial work waiting for its turn
+	slotUncertain                      // fence out at the driver
+	slotApplied
+	slotNoop
+)
+
+// slot tracks one dealt revision until the commit point passes it.
+type slot struct {
+	state slotState
+	work  *Work
+	eff   *Effects // evaluation result, kept while uncertain
+}
+
+// Node is the pure state machine of one Axon leader: it deals revisions,
+// orders outcomes, advances the commit point, and releases responses and
+// watch events in revision order. It is not safe for concurrent use: the
+// driver serialises calls. It never blocks, reads a clock or does IO.
+type Node struct {
+	cfg       Config
+	next      int64 // next revision to deal
+	committed int64 // C
+	compacted int64
+	slots     map[int64]*slot
+	held      []int64 // serial revisions waiting, ascending
+	ring      *Ring
+	watch     watchers
+	ready     Ready
+}
+
+// NewNode returns a node that continues from st.
+func NewNode(cfg Config, st State) *Node {
+	cfg = cfg.withDefaults()
+	return &Node{
+		cfg:       cfg,
+		next:      st.Committed + 1,
+		committed: st.Committed,
+		compacted: st.Compacted,
+		slots:     make(map[int64]*slot),
+		ring:      NewRing(cfg.RingSize, st.Committed+1),
+		watch:     newWatchers(),
+	}
+}
+
+// Committed returns the commit point C: reads at C see every write whose
+// response was released.
+func (n *Node) Committed() int64 { return n.committed }
+
+// Compacted returns the compact revision.
+func (n *Node) Compacted() int64 { return n.compacted }
+
+// InFlight returns how many dealt revisions are above C.
+func (n *Node) InFlight() int { return len(n.slots) }
+
+// Config returns the node's effective configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Ready returns the outputs collected since the last call and clears them.
+func (n *Node) Ready() Ready {
+	rd := n.ready
+	rd.Committed = n.committed
+	n.ready = Ready{}
+	return rd
+}
+
+// HasReady reports whether Ready would return any output.
+func (n *Node) HasReady() bool {
+	return len(n.ready.Work) > 0 || len(n.ready.Responses) > 0 || len(n.ready.WatchResponses) > 0
+}
+
+// Propose accepts a write request (Put, DeleteRange or Txn) and deals it a
+// revision. A request etcd would reject is answered at once.
+func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
+	if err := n.validate(req); err != nil {
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: err})
+		return
+	}
+	n.deal(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req)})
+}
+
+func (n *Node) validate(req *pb.RequestOp) error {
+	switch tv := req.GetRequest().(type) {
+	case *pb.RequestOp_RequestPut:
+		return ValidatePut(tv.RequestPut)
+	case *pb.RequestOp_RequestDeleteRange:
+		return ValidateDeleteRange(tv.RequestDeleteRange)
+	case *pb.RequestOp_RequestTxn:
+		return ValidateTxn(tv.RequestTxn, n.cfg.MaxTxnOps)
+	}
+	return ErrEmptyRequest
+}
+
+// deal gives w the next revision and hands it to the driver, or holds it
+// if it is serial and earlier revisions are not final yet.
+func (n *Node) deal(w *Work) {
+	w.Rev = n.next
+	n.next++
+	w.Committed, w.Compacted = n.committed, n.compacted
+	s := &slot{state: slotRunning, work: w}
+	n.slots[w.Rev] = s
+	if w.Serial && n.committed != w.Rev-1 {
+		s.state = slotHeld
+		n.held = append(n.held, w.Rev)
+		return
+	}
+	n.ready.Work = append(n.ready.Work, w)
+}
+
+// Report tells the node how a work item it handed out ended. eff is
+// Evaluate's result for w (nil if evaluation itself failed).
+func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
+	switch w.Kind {
+	case WorkRequest:
+		n.reportRequest(w, eff, out)
+	case WorkFence:
+		n.reportFence(w, eff, out)
+	case WorkCompact:
+		n.reportCompact(w, out)
+	}
+	n.advance()
+}
+
+func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
+	s := n.slots[w.Rev]
+	if s == nil || s.work != w || s.state != slotRunning {
+		return // a stale or duplicated report
+	}
+	switch {
+	case eff != nil && eff.Late:
+		s.state = slotNoop
+		n.retry(w)
+	case out == Committed && eff != nil:
+		s.state, s.eff = slotApplied, eff
+	case out == Uncertain && eff != nil:
+		s.state, s.eff = slotUncertain, eff
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: w.Rev, ID: w.ID})
+	default:
+		s.state = slotNoop
+		n.retry(w)
+	}
+}
+
+func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
+	s := n.slots[f.Rev]
+	if s == nil || s.state != slotUncertain {
+		return
+	}
+	switch {
+	case out == Committed && eff != nil && eff.Applied:
+		s.state = slotApplied
+	case out == Committed && eff != nil:
+		s.state = slotNoop
+		n.retry(s.work)
+	default:
+		// The fence itself failed: fence again, later.
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: f.Rev, ID: f.ID, Attempt: f.Attempt + 1})
+	}
+}
+
+// retry deals a request again after its revision ended as a no-op.
+func (n *Node) retry(w *Work) {
+	if w.Attempt+1 >= n.cfg.MaxAttempts {
+		n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Err: ErrRetriesExhausted})
+		return
+	}
+	n.deal(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Serial: w.Serial, Attempt: w.Attempt + 1})
+}
+
+// advance moves C over the contiguous prefix of final revisions, emitting
+// their events and responses in revision order.
+func (n *Node) advance() {
+	start := n.committed
+	for {
+		s := n.slots[n.committed+1]
+		if s == nil || (s.state != slotApplied && s.state != slotNoop) {
+			break
+		}
+		rev := n.committed + 1
+		delete(n.slots, rev)
+		n.committed = rev
+		if s.state == slotApplied {
+			n.commit(rev, s)
+		}
+	}
+	if n.committed == start {
+		return
+	}
+	n.watch.flush(&n.ready)
+	n.releaseHeld()
+}
+
+// commit publishes an applied revision.
+func (n *Node) commit(rev int64, s *slot) {
+	eff := s.eff
+	for _, ev := range eff.Events {
+		n.ring.Append(ev)
+	}
+	n.watch.publish(rev, eff.Events)
+	if s.work.Kind == WorkRequest {
+		n.ready.Responses = append(n.ready.Responses, Response{ID: s.work.ID, Rev: rev, Response: eff.Response, Err: eff.Err})
+	}
+}
+
+// releaseHeld hands out the serial work whose turn has come.
+func (n *Node) releaseHeld() {
+	for len(n.held) > 0 && n.held[0] == n.committed+1 {
+		s := n.slots[n.held[0]]
+		n.held = n.held[1:]
+		s.state = slotRunning
+		s.work.Committed, s.work.Compacted = n.committed, n.compacted
+		n.ready.Work = append(n.ready.Work, s.work)
+	}
+}
+
+// Compact asks to compact history below rev. The answer comes as a
+// Response to id once the compact revision is stored.
+func (n *Node) Compact(id RequestID, rev int64) {
+	switch {
+	case rev > n.committed:
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrFutureRev})
+		return
+	case rev <= n.compacted:
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrCompacted})
+		return
+	}
+	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: id, Rev: rev})
+}
+
+func (n *Node) reportCompact(w *Work, out Outcome) {
+	if out != Committed {
+		// Storing a larger compact revision is idempotent: try again.
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: w.ID, Rev: w.Rev, Attempt: w.Attempt + 1})
+		return
+	}
+	if w.Rev > n.compacted {
+		n.compacted = w.Rev
+		n.ring.Compact(w.Rev)
+		n.watch.compacted(n.compacted, &n.ready)
+	}
+	n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Rev: n.committed})
+}
+
+// DescribeWork renders w on one line for traces and golden tests.
+func DescribeWork(w *Work) string {
+	switch w.Kind {
+	case WorkRequest:
+		s := fmt.Sprintf("work r%d req%d %s", w.Rev, w.ID, DescribeRequest(w.Request))
+		if w.Serial {
+			s += " serial"
+		}
+		if w.Attempt > 0 {
+			s += fmt.Sprintf(" attempt=%d", w.Attempt)
+		}
+		return s
+	case WorkFence:
+		return fmt.Sprintf("fence r%d req%d attempt=%d", w.Rev, w.ID, w.Attempt)
+	case WorkCompact:
+		return fmt.Sprintf("compact r%d req%d", w.Rev, w.ID)
+	case WorkCatchUp:
+		return fmt.Sprintf("catchup watch%d r%d..r%d", w.Watch, w.From, w.To)
+	}
+	return "work ?"
+}
+
+// DescribeRequest renders a request briefly.
+func DescribeRequest(req *pb.RequestOp) string {
+	switch tv := req.GetRequest().(type) {
+	case *pb.RequestOp_RequestPut:
+		return fmt.Sprintf("put %q=%q", tv.RequestPut.Key, tv.RequestPut.Value)
+	case *pb.RequestOp_RequestDeleteRange:
+		return fmt.Sprintf("delete %q..%q", tv.RequestDeleteRange.Key, tv.RequestDeleteRange.RangeEnd)
+	case *pb.RequestOp_RequestRange:
+		return fmt.Sprintf("range %q..%q", tv.RequestRange.Key, tv.RequestRange.RangeEnd)
+	case *pb.RequestOp_RequestTxn:
+		return fmt.Sprintf("txn cmp=%d then=%d else=%d", len(tv.RequestTxn.Compare), len(tv.RequestTxn.Success), len(tv.RequestTxn.Failure))
+	}
+	return "empty"
+}
+
+// DescribeEvent renders an event on one line.
+func DescribeEvent(ev Event) string {
+	if ev.Type == mvccpb.DELETE {
+		return fmt.Sprintf("r%d delete %q", ev.Rev, ev.Kv.Key)
+	}
+	return fmt.Sprintf("r%d put %q=%q v%d c%d", ev.Rev, ev.Kv.Key, ev.Kv.Value, ev.Kv.Version, ev.Kv.CreateRevision)
+}
+
+// DescribeResponse renders a response on one line.
+func DescribeResponse(r Response) string {
+	if r.Err != nil {
+		return fmt.Sprintf("resp req%d err=%q", r.ID, r.Err)
+	}
+	return fmt.Sprintf("resp req%d r%d", r.ID, r.Rev)
+}

@@ -1,0 +1,254 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// WatchID names a watch; the driver picks it, unique within the node.
+type WatchID int64
+
+// Watch is a watch registration.
+type Watch struct {
+	ID       WatchID
+	Key, End []byte // etcd range conventions
+	// StartRev is the first revision to deliver; 0 means after C.
+	StartRev        int64
+	PrevKV          bool
+	NoPut, NoDelete bool
+}
+
+// WatchResponse is a batch of events for one watch, or a notice.
+type WatchResponse struct {
+	ID     WatchID
+	Events []*mvccpb.Event
+	// Revision is the revision the watch is now synced to: it has been
+	// sent every event at or below it.
+	Revision int64
+	// Canceled: the watch ended; CompactRevision is set when it ended
+	// because it asked for compacted history.
+	Canceled        bool
+	CompactRevision int64
+	// Progress marks an empty progress notification.
+	Progress bool
+}
+
+type watcher struct {
+	Watch
+	next     int64 // next revision to deliver
+	catching bool  // a catch-up read is out at the driver
+	pending  *WatchResponse
+}
+
+type watchers struct {
+	byID  map[WatchID]*watcher
+	list  []*watcher // in registration order, for deterministic output
+	dirty []*watcher // with a pending response, in first-touch order
+}
+
+func newWatchers() watchers { return watchers{byID: make(map[WatchID]*watcher)} }
+
+func (w *watcher) matches(ev *mvccpb.Event) bool {
+	if (w.NoPut && ev.Type == mvccpb.PUT) || (w.NoDelete && ev.Type == mvccpb.DELETE) {
+		return false
+	}
+	return span{w.Key, w.End}.contains(ev.Kv.Key)
+}
+
+// add queues events of one revision for w, whole or not at all.
+func (ws *watchers) add(w *watcher, rev int64, events []Event) {
+	if w.pending == nil {
+		w.pending = &WatchResponse{ID: w.ID}
+		ws.dirty = append(ws.dirty, w)
+	}
+	for _, ev := range events {
+		if ev.Rev != rev || !w.matches(ev.Event) {
+			continue
+		}
+		e := ev.Event
+		if !w.PrevKV && e.PrevKv != nil {
+			e = &mvccpb.Event{Type: e.Type, Kv: e.Kv}
+		}
+		w.pending.Events = append(w.pending.Events, e)
+	}
+	w.pending.Revision = rev
+	w.next = rev + 1
+}
+
+// publish offers a committed revision to every synced watcher.
+func (ws *watchers) publish(rev int64, events []Event) {
+	for _, w := range ws.list {
+		if !w.catching && w.next <= rev {
+			ws.add(w, rev, events)
+		}
+	}
+}
+
+// flush moves pending responses with events into rd, in a stable order.
+// Watchers keep up with revisions that had nothing for them silently.
+func (ws *watchers) flush(rd *Ready) {
+	for _, w := range ws.dirty {
+		if p := w.pending; p != nil && len(p.Events) > 0 {
+			rd.WatchResponses = append(rd.WatchResponses, *p)
+		}
+		w.pending = nil
+	}
+	ws.dirty = ws.dirty[:0]
+}
+
+// compacted cancels catching-up watchers whose next revision is gone.
+func (ws *watchers) compacted(rev int64, rd *Ready) {
+	for _, w := range slices.Clone(ws.list) {
+		if w.next < rev && w.catching {
+			ws.remove(w.ID)
+			rd.WatchResponses = append(rd.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: rev})
+		}
+	}
+}
+
+func (ws *watchers) insert(w *watcher) {
+	ws.byID[w.ID] = w
+	ws.list = append(ws.list, w)
+}
+
+func (ws *watchers) remove(id WatchID) bool {
+	if _, ok := ws.byID[id]; !ok {
+		return false
+	}
+	delete(ws.byID, id)
+	ws.list = slices.DeleteFunc(ws.list, func(w *watcher) bool { return w.ID == id })
+	ws.dirty = slices.DeleteFunc(ws.dirty, func(w *watcher) bool { return w.ID == id })
+	return true
+}
+
+// AddWatch registers a watch. Events from its start revision arrive as
+// WatchResponses; from history older than the ring via catch-up work.
+// A start revision below the compact revision cancels it at once with
+// CompactRevision set, as etcd does.
+func (n *Node) AddWatch(w Watch) error {
+	if _, ok := n.watch.byID[w.ID]; ok {
+		return ErrWatcherExists
+	}
+	if len(w.Key) == 0 {
+		return ErrEmptyKey
+	}
+	if w.StartRev > 0 && w.StartRev < n.compacted {
+		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: n.compacted})
+		return nil
+	}
+	wt := &watcher{Watch: w, next: w.StartRev}
+	if wt.next <= 0 {
+		wt.next = n.committed + 1
+	}
+	n.watch.insert(wt)
+	n.syncWatcher(wt)
+	n.watch.flush(&n.ready)
+	return nil
+}
+
+// syncWatcher brings a watcher from its next revision up to C: from the
+// ring if it still holds that history, else by a catch-up read.
+func (n *Node) syncWatcher(w *watcher) {
+	if w.next > n.committed {
+		return
+	}
+	events, ok := n.ring.Since(w.next)
+	if !ok {
+		w.catching = true
+		to := min(n.committed, w.next+int64(n.cfg.CatchUpBatch)-1)
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: w.next, To: to, Compacted: n.compacted})
+		return
+	}
+	for len(events) > 0 {
+		rev := events[0].Rev
+		i := 0
+		for i < len(events) && events[i].Rev == rev {
+			i++
+		}
+		n.watch.add(w, rev, events[:i])
+		events = events[i:]
+	}
+	if w.next <= n.committed {
+		// Revisions up to C without events for anyone.
+		if w.pending == nil {
+			w.pending = &WatchResponse{ID: w.ID}
+			n.watch.dirty = append(n.watch.dirty, w)
+		}
+		w.pending.Revision = n.committed
+		w.next = n.committed + 1
+	}
+}
+
+// CatchUpDone delivers what a catch-up read found: the events of
+// revisions From..last, read by ReadEvents. err reports a failed read,
+// which is retried.
+func (n *Node) CatchUpDone(cw *Work, events []Event, last int64, err error) {
+	w := n.watch.byID[cw.Watch]
+	if w == nil || !w.catching || w.next != cw.From {
+		return // canceled meanwhile
+	}
+	if cw.From < n.compacted {
+		n.watch.remove(w.ID)
+		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: n.compacted})
+		return
+	}
+	if err != nil {
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: cw.From, To: cw.To, Compacted: n.compacted, Attempt: cw.Attempt + 1})
+		return
+	}
+	for len(events) > 0 {
+		rev := events[0].Rev
+		i := 0
+		for i < len(events) && events[i].Rev == rev {
+			i++
+		}
+		n.watch.add(w, rev, events[:i])
+		events = events[i:]
+	}
+	w.next = last + 1
+	if w.pending != nil {
+		w.pending.Revision = last
+	}
+	w.catching = false
+	n.syncWatcher(w)
+	n.watch.flush(&n.ready)
+}
+
+// CancelWatch removes a watch. It reports whether the watch existed.
+func (n *Node) CancelWatch(id WatchID) bool {
+	return n.watch.remove(id)
+}
+
+// Progress reports the revision every given watch is synced to, if all
+// of them are synced: each has been handed every event up to C. The
+// driver must deliver earlier WatchResponses first; then a progress
+// notification at this revision never runs ahead of delivered events.
+func (n *Node) Progress(ids ...WatchID) (rev int64, ok bool) {
+	for _, id := range ids {
+		w := n.watch.byID[id]
+		if w == nil {
+			continue
+		}
+		if w.catching || w.next <= n.committed {
+			return 0, false
+		}
+	}
+	return n.committed, true
+}
+
+// DescribeWatchResponse renders a watch response on one line.
+func DescribeWatchResponse(r WatchResponse) string {
+	switch {
+	case r.Canceled:
+		return fmt.Sprintf("watch%d canceled compact=%d", r.ID, r.CompactRevision)
+	case r.Progress:
+		return fmt.Sprintf("watch%d progress r%d", r.ID, r.Revision)
+	}
+	s := fmt.Sprintf("watch%d r%d", r.ID, r.Revision)
+	for _, e := range r.Events {
+		s += fmt.Sprintf(" [%s %q]", e.Type, e.Kv.Key)
+	}
+	return s
+}

@@ -1,0 +1,84 @@
+// Package exec runs core's work items against a storage engine: the one
+// piece of driver logic that the server and the simulator share.
+package exec
+
+import (
+	"context"
+	"errors"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// Apply evaluates w inside txn and buffers its writes there; the caller
+// commits (unless the effects are late) and reports with Outcome.
+func Apply(txn storage.Txn, w *core.Work) (*core.Effects, error) {
+	rd := storage.NewReader(txn)
+	var (
+		eff *core.Effects
+		err error
+	)
+	if w.Kind == core.WorkCompact {
+		var ws []core.Write
+		ws, err = core.CompactWrites(rd, w.Rev)
+		eff = &core.Effects{Writes: ws}
+	} else {
+		eff, err = core.Evaluate(rd, w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, wr := range eff.Writes {
+		if wr.Delete {
+			err = txn.Delete(wr.Key)
+		} else {
+			err = txn.Set(wr.Key, wr.Value)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return eff, nil
+}
+
+// Outcome classifies a commit error.
+func Outcome(commitErr error) core.Outcome {
+	switch {
+	case commitErr == nil:
+		return core.Committed
+	case errors.Is(commitErr, storage.ErrUncertain):
+		return core.Uncertain
+	}
+	return core.NotApplied
+}
+
+// Run executes w in one engine transaction and returns what to Report.
+// Catch-up work is read-only and goes through CatchUp instead.
+func Run(ctx context.Context, eng storage.Engine, w *core.Work) (*core.Effects, core.Outcome) {
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return nil, core.NotApplied
+	}
+	defer txn.Rollback()
+	eff, err := Apply(txn, w)
+	if err != nil {
+		return nil, core.NotApplied
+	}
+	if eff.Late {
+		return eff, core.NotApplied
+	}
+	if len(eff.Writes) == 0 {
+		return eff, core.Committed
+	}
+	return eff, Outcome(txn.Commit(ctx))
+}
+
+// CatchUp reads the events a catch-up work item asks for.
+func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) ([]core.Event, int64, error) {
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer txn.Rollback()
+	return core.ReadEvents(storage.NewReader(txn), w.From, w.To, limit)
+}

@@ -1,0 +1,39 @@
+package storage
+
+import "errors"
+
+// Reader adapts a Txn to the read interface Axon's core evaluates
+// requests against (core.Reader): Get with a found flag and a callback
+// Scan. Core cannot import this package; the method set is the contract.
+type Reader struct{ Txn Txn }
+
+// NewReader returns a Reader over txn.
+func NewReader(txn Txn) Reader { return Reader{Txn: txn} }
+
+// Get returns key's value and whether it exists.
+func (r Reader) Get(key []byte) ([]byte, bool, error) {
+	v, err := r.Txn.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+// Scan calls fn for each key in [lower, upper) in order until fn returns
+// false.
+func (r Reader) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error {
+	it, err := r.Txn.Iter(IterOptions{Lower: lower, Upper: upper, Reverse: reverse, Limit: limit})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.Next() {
+		if !fn(it.Key(), it.Value()) {
+			break
+		}
+	}
+	return it.Err()
+}

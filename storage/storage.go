@@ -1,0 +1,90 @@
+package storage
+
+import (
+	"context"
+	"errors"
+)
+
+// Errors an engine reports. Callers test them with errors.Is; engines wrap
+// their own errors with %w so the cause stays readable.
+var (
+	// ErrNotFound: Get found no value for the key.
+	ErrNotFound = errors.New("storage: key not found")
+	// ErrConflict: the transaction was definitely not applied because
+	// another transaction wrote (or locked) one of its keys after its
+	// snapshot was taken.
+	ErrConflict = errors.New("storage: write conflict")
+	// ErrUncertain: the engine did not say whether the transaction was
+	// applied. It may have been applied, or may still be applied later.
+	ErrUncertain = errors.New("storage: transaction outcome uncertain")
+	// ErrUnavailable: the engine could not serve the call; nothing was
+	// applied and the caller may retry.
+	ErrUnavailable = errors.New("storage: engine unavailable")
+	// ErrClosed: the engine or transaction was used after Close, Commit
+	// or Rollback.
+	ErrClosed = errors.New("storage: closed")
+)
+
+// Engine is a transactional, ordered key-value store with snapshot
+// isolation. Implementations: memkv (deterministic, faulty), badger
+// (embedded) and tikv (distributed).
+type Engine interface {
+	// Begin starts a transaction reading a consistent snapshot that
+	// includes every transaction committed before Begin was called.
+	Begin(ctx context.Context) (Txn, error)
+	// Close releases the engine. Open transactions become unusable.
+	Close() error
+}
+
+// Txn is one snapshot-isolated transaction. It is used from one goroutine.
+//
+// Writes are buffered and become visible to other transactions only at
+// Commit. Reads inside the transaction see its own buffered writes.
+// Commit fails with ErrConflict when a key the transaction wrote or
+// locked was written by another transaction committed after this one's
+// snapshot (first committer wins).
+type Txn interface {
+	// Get returns the value of key, or ErrNotFound.
+	Get(key []byte) ([]byte, error)
+	// Iter returns an iterator over the keys in [opts.Lower, opts.Upper).
+	Iter(opts IterOptions) (Iterator, error)
+	// Set buffers a write of value under key.
+	Set(key, value []byte) error
+	// Delete buffers a deletion of key.
+	Delete(key []byte) error
+	// Lock adds keys to the transaction's conflict set without writing
+	// them: a concurrent transaction that writes any of them conflicts.
+	Lock(keys ...[]byte) error
+	// StartTS is the engine's logical clock at the snapshot: it strictly
+	// increases between transactions that begin after one another commits.
+	StartTS() uint64
+	// Commit applies the buffered writes atomically.
+	Commit(ctx context.Context) error
+	// Rollback discards the transaction. It is safe after Commit.
+	Rollback()
+}
+
+// IterOptions bound an iteration.
+type IterOptions struct {
+	// Lower is the inclusive lower bound; nil means the start of the keyspace.
+	Lower []byte
+	// Upper is the exclusive upper bound; nil means the end of the keyspace.
+	Upper []byte
+	// Reverse iterates from the largest key down.
+	Reverse bool
+	// Limit is a hint of how many keys the caller will read (0: unknown).
+	// Engines may use it to size their batches; they must not stop early.
+	Limit int
+}
+
+// Iterator walks keys in order. Key and Value are valid until the next
+// call to Next; callers copy what they keep.
+type Iterator interface {
+	// Next advances to the next key and reports whether there is one.
+	Next() bool
+	Key() []byte
+	Value() []byte
+	// Err reports the error that stopped iteration, if any.
+	Err() error
+	Close()
+}
