@@ -1,0 +1,430 @@
+package core_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// make test runs at least 1,000 cases of each rapid property unless
+	// -rapid.checks says otherwise.
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set && !testing.Short() {
+		_ = flag.Set("rapid.checks", "1000")
+	}
+	os.Exit(m.Run())
+}
+
+var testKeys = []string{"a", "b", "c", "d", "e"}
+
+// flight is a work item between its engine transaction's begin and commit.
+type flight struct {
+	w   *core.Work
+	txn storage.Txn
+	eff *core.Effects
+}
+
+// harness drives a core.Node over memkv with rapid choosing every
+// interleaving and fault, and checks it against the sequential model.
+type harness struct {
+	t        *rapid.T
+	ctx      context.Context
+	eng      *memkv.Engine
+	node     *core.Node
+	model    *model
+	now      time.Duration
+	queue    []*core.Work // handed out, not begun
+	flying   []*flight    // begun and evaluated, not committed
+	reqs     map[core.RequestID]*pb.RequestOp
+	answers  map[core.RequestID]int
+	compacts map[core.RequestID]int64
+	nextID   core.RequestID
+	lastRev  int64
+	watches  []*watchLog
+}
+
+type watchLog struct {
+	w        core.Watch
+	events   []*mvccpb.Event
+	lastRev  int64
+	canceled bool
+}
+
+func (h *harness) drain() {
+	rd := h.node.Ready()
+	h.queue = append(h.queue, rd.Work...)
+	for _, r := range rd.Responses {
+		h.answers[r.ID]++
+		if h.answers[r.ID] > 1 {
+			h.t.Fatalf("request %d answered twice", r.ID)
+		}
+		req := h.reqs[r.ID]
+		if rev, ok := h.compacts[r.ID]; ok {
+			if r.Err == nil && rev > h.model.compacted {
+				h.model.compacted = rev
+			}
+			continue
+		}
+		if r.Err == core.ErrRetriesExhausted {
+			continue
+		}
+		if r.Rev == 0 {
+			h.t.Fatalf("req%d %s rejected: %v", r.ID, core.DescribeRequest(req), r.Err)
+		}
+		if r.Rev <= h.lastRev {
+			h.t.Fatalf("response r%d released after r%d", r.Rev, h.lastRev)
+		}
+		h.lastRev = r.Rev
+		want, err := h.model.apply(req, r.Rev)
+		if err != r.Err {
+			h.t.Fatalf("req%d %s at r%d: err %v, model says %v", r.ID, core.DescribeRequest(req), r.Rev, r.Err, err)
+		}
+		if err == nil && !proto.Equal(want, r.Response) {
+			h.t.Fatalf("req%d %s at r%d:\n got %v\nwant %v", r.ID, core.DescribeRequest(req), r.Rev, r.Response, want)
+		}
+	}
+	for _, wr := range rd.WatchResponses {
+		for _, l := range h.watches {
+			if l.w.ID != wr.ID {
+				continue
+			}
+			if l.canceled {
+				h.t.Fatalf("watch%d: response after cancel", wr.ID)
+			}
+			if wr.Canceled {
+				l.canceled = true
+				continue
+			}
+			if wr.Revision < l.lastRev {
+				h.t.Fatalf("watch%d: revision went back from %d to %d", wr.ID, l.lastRev, wr.Revision)
+			}
+			l.lastRev = wr.Revision
+			l.events = append(l.events, wr.Events...)
+		}
+	}
+	if h.node.Committed() < h.lastRev {
+		h.t.Fatalf("response at r%d released with C=%d", h.lastRev, h.node.Committed())
+	}
+}
+
+func (h *harness) faultFree() { h.eng.SetInjector(memkv.Static(memkv.Fault{})) }
+
+// begin starts the engine transaction of a queued work item and
+// evaluates it (catch-up and read-only outcomes finish at once).
+func (h *harness) begin(i int) {
+	w := h.queue[i]
+	h.queue = append(h.queue[:i], h.queue[i+1:]...)
+	h.faultFree()
+	if w.Kind == core.WorkCatchUp {
+		evs, last, err := exec.CatchUp(h.ctx, h.eng, w, 3)
+		h.node.CatchUpDone(w, evs, last, err)
+		return
+	}
+	txn, err := h.eng.Begin(h.ctx)
+	if err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	eff, err := exec.Apply(txn, w)
+	if err != nil {
+		h.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
+	}
+	if eff.Late || len(eff.Writes) == 0 {
+		txn.Rollback()
+		out := core.Committed
+		if eff.Late {
+			out = core.NotApplied
+		}
+		h.node.Report(w, eff, out)
+		return
+	}
+	h.flying = append(h.flying, &flight{w: w, txn: txn, eff: eff})
+}
+
+var faultKinds = []memkv.FaultKind{
+	memkv.FaultNone, memkv.FaultNone, memkv.FaultNone, memkv.FaultNone,
+	memkv.FaultError, memkv.FaultUnavailable,
+	memkv.FaultUncertainNotApplied, memkv.FaultUncertainApplied, memkv.FaultUncertainAppliedLater,
+}
+
+// commit commits a flying transaction with the given fault.
+func (h *harness) commit(i int, f memkv.Fault) {
+	fl := h.flying[i]
+	h.flying = append(h.flying[:i], h.flying[i+1:]...)
+	h.eng.SetInjector(memkv.Static(f))
+	err := fl.txn.Commit(h.ctx)
+	h.faultFree()
+	h.node.Report(fl.w, fl.eff, exec.Outcome(err))
+}
+
+func (h *harness) propose(req *pb.RequestOp) {
+	h.nextID++
+	h.reqs[h.nextID] = req
+	h.node.Propose(h.nextID, req)
+}
+
+func (h *harness) read(req *pb.RangeRequest) {
+	h.faultFree()
+	txn, err := h.eng.Begin(h.ctx)
+	if err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	defer txn.Rollback()
+	c := h.node.Committed()
+	got, err := core.Range(storage.NewReader(txn), req, c, h.node.Compacted())
+	rev := req.Revision
+	if rev == 0 {
+		rev = c
+	}
+	switch {
+	case rev > c:
+		if err != core.ErrFutureRev {
+			h.t.Fatalf("range at r%d > C=%d: err %v", rev, c, err)
+		}
+		return
+	case rev < h.model.compacted:
+		if err != core.ErrCompacted {
+			h.t.Fatalf("range at r%d < compact %d: err %v", rev, h.model.compacted, err)
+		}
+		return
+	case err != nil:
+		h.t.Fatalf("range: %v", err)
+	}
+	want := modelRange(req, sortedIn(h.model.stateAt(rev), req.Key, req.RangeEnd))
+	want.Header = &pb.ResponseHeader{Revision: c}
+	if !proto.Equal(got, want) {
+		h.t.Fatalf("range %q..%q at r%d (C=%d):\n got %v\nwant %v", req.Key, req.RangeEnd, rev, c, got, want)
+	}
+}
+
+// settle runs every outstanding work item without faults until the node
+// is idle, letting delayed transactions land.
+func (h *harness) settle() {
+	for i := 0; ; i++ {
+		if i > 10000 {
+			h.t.Fatalf("no progress: %d queued, %d flying, %d in flight", len(h.queue), len(h.flying), h.node.InFlight())
+		}
+		switch {
+		case len(h.flying) > 0:
+			h.commit(0, memkv.Fault{})
+		case len(h.queue) > 0:
+			h.begin(0)
+		case h.eng.Pending() > 0:
+			h.now += time.Second
+			h.eng.SetNow(h.now)
+		default:
+			h.drain()
+			if len(h.queue) == 0 {
+				return
+			}
+		}
+		h.drain()
+	}
+}
+
+func genKey(t *rapid.T, label string) []byte {
+	return []byte(rapid.SampledFrom(testKeys).Draw(t, label))
+}
+
+func genValue(t *rapid.T) []byte {
+	return []byte(fmt.Sprintf("v%d", rapid.IntRange(0, 9).Draw(t, "value")))
+}
+
+// genSpan draws a single key, a range or a prefix-like open range.
+func genSpan(t *rapid.T) (key, end []byte) {
+	key = genKey(t, "key")
+	switch rapid.IntRange(0, 3).Draw(t, "span") {
+	case 0:
+		return key, []byte{0}
+	case 1:
+		return key, genKey(t, "end")
+	}
+	return key, nil
+}
+
+func genRequest(t *rapid.T, depth int) *pb.RequestOp {
+	switch rapid.IntRange(0, 4).Draw(t, "kind") {
+	case 0, 1:
+		p := &pb.PutRequest{Key: genKey(t, "key"), Value: genValue(t), PrevKv: rapid.Bool().Draw(t, "prevkv")}
+		if rapid.IntRange(0, 9).Draw(t, "ignore") == 0 {
+			p.Value, p.IgnoreValue = nil, true
+		}
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: p}}
+	case 2:
+		key, end := genSpan(t)
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: key, RangeEnd: end, PrevKv: rapid.Bool().Draw(t, "prevkv")}}}
+	}
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: genTxn(t, depth)}}
+}
+
+// genTxn draws Kubernetes-shaped txns (compare a key's mod revision or
+// version, put it, else get it) and general ones.
+func genTxn(t *rapid.T, depth int) *pb.TxnRequest {
+	key := genKey(t, "txnkey")
+	var cmp *pb.Compare
+	switch rapid.IntRange(0, 3).Draw(t, "cmp") {
+	case 0:
+		cmp = &pb.Compare{Key: key, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: int64(rapid.IntRange(0, 20).Draw(t, "modrev"))}}
+	case 1:
+		cmp = &pb.Compare{Key: key, Target: pb.Compare_VERSION, Result: pb.Compare_GREATER, TargetUnion: &pb.Compare_Version{Version: 0}}
+	case 2:
+		cmp = &pb.Compare{Key: key, Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: genValue(t)}}
+	default:
+		k, end := genSpan(t)
+		cmp = &pb.Compare{Key: k, RangeEnd: end, Target: pb.Compare_CREATE, Result: pb.Compare_LESS, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: int64(rapid.IntRange(0, 20).Draw(t, "createrev"))}}
+	}
+	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: genValue(t)}}}
+	txn := &pb.TxnRequest{Compare: []*pb.Compare{cmp}, Success: []*pb.RequestOp{put}, Failure: []*pb.RequestOp{get}}
+	if rapid.IntRange(0, 3).Draw(t, "extra") == 0 {
+		other := genKey(t, "otherkey")
+		if string(other) != string(key) {
+			txn.Success = append(txn.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: other, Value: genValue(t)}}})
+		}
+		k, end := genSpan(t)
+		txn.Failure = append(txn.Failure, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: k, RangeEnd: end}}})
+	}
+	if depth == 0 && rapid.IntRange(0, 5).Draw(t, "nested") == 0 {
+		txn.Failure = append(txn.Failure, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: genTxn(t, depth+1)}})
+	}
+	if core.ValidateTxn(txn, 128) != nil {
+		txn.Failure = txn.Failure[:1]
+		txn.Success = txn.Success[:1]
+	}
+	return txn
+}
+
+func genRange(t *rapid.T, h *harness) *pb.RangeRequest {
+	key, end := genSpan(t)
+	req := &pb.RangeRequest{Key: key, RangeEnd: end, Limit: int64(rapid.IntRange(0, 3).Draw(t, "limit"))}
+	switch rapid.IntRange(0, 5).Draw(t, "opt") {
+	case 0:
+		req.KeysOnly = true
+	case 1:
+		req.CountOnly = true
+	case 2:
+		req.SortOrder = pb.RangeRequest_DESCEND
+	case 3:
+		req.Revision = int64(rapid.IntRange(0, int(h.node.Committed())+2).Draw(t, "rev"))
+	}
+	return req
+}
+
+// TestNodeMatchesSequentialModel is the core's main property: with
+// several writes in flight, completions in any order, and uncertain
+// outcomes applied now, later or never, every response, read and watch
+// event equals what a sequential etcd gives when the same writes are
+// applied in revision order.
+func TestNodeMatchesSequentialModel(t *testing.T) {
+	rapid.Check(t, runModel)
+}
+
+func runModel(t *rapid.T) {
+	h := &harness{
+		t: t, ctx: context.Background(), eng: memkv.New(),
+		node:  core.NewNode(core.Config{RingSize: rapid.IntRange(1, 8).Draw(t, "ring"), CatchUpBatch: 4}, core.State{}),
+		model: newModel(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{},
+	}
+	steps := rapid.IntRange(20, 150).Draw(t, "steps")
+	for i := 0; i < steps; i++ {
+		switch rapid.IntRange(0, 9).Draw(t, "action") {
+		case 0, 1, 2:
+			h.propose(genRequest(t, 0))
+		case 3, 4:
+			if len(h.queue) > 0 {
+				h.begin(rapid.IntRange(0, len(h.queue)-1).Draw(t, "which"))
+			}
+		case 5, 6:
+			if len(h.flying) > 0 {
+				f := memkv.Fault{Kind: rapid.SampledFrom(faultKinds).Draw(t, "fault"), ApplyAfter: time.Duration(rapid.IntRange(1, 3).Draw(t, "after")) * time.Second}
+				h.commit(rapid.IntRange(0, len(h.flying)-1).Draw(t, "which"), f)
+			}
+		case 7:
+			h.now += time.Second
+			h.eng.SetNow(h.now)
+		case 8:
+			h.read(genRange(t, h))
+		case 9:
+			h.addWatchOrCompact(t)
+		}
+		h.drain()
+	}
+	h.settle()
+	for id := core.RequestID(1); id <= h.nextID; id++ {
+		if h.answers[id] != 1 {
+			t.Fatalf("request %d (%s) answered %d times", id, core.DescribeRequest(h.reqs[id]), h.answers[id])
+		}
+	}
+	h.read(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
+	h.checkWatches()
+}
+
+func (h *harness) addWatchOrCompact(t *rapid.T) {
+	c := h.node.Committed()
+	if rapid.IntRange(0, 3).Draw(t, "compact?") == 0 {
+		rev := int64(rapid.IntRange(0, int(c)).Draw(t, "compactrev"))
+		h.nextID++
+		h.compacts[h.nextID] = rev
+		h.node.Compact(h.nextID, rev)
+		return
+	}
+	key, end := genSpan(t)
+	w := core.Watch{
+		ID: core.WatchID(len(h.watches) + 1), Key: key, End: end,
+		StartRev: int64(rapid.IntRange(0, int(c)+2).Draw(t, "start")),
+		PrevKV:   rapid.Bool().Draw(t, "prevkv"), NoDelete: rapid.IntRange(0, 4).Draw(t, "nodelete") == 0,
+	}
+	if err := h.node.AddWatch(w); err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	if w.StartRev == 0 {
+		w.StartRev = c + 1
+	}
+	h.watches = append(h.watches, &watchLog{w: w})
+}
+
+// checkWatches compares each watch's stream with the model's history.
+func (h *harness) checkWatches() {
+	for _, l := range h.watches {
+		if l.canceled {
+			if l.w.StartRev >= h.model.compacted {
+				h.t.Fatalf("watch%d from r%d canceled though compact is r%d", l.w.ID, l.w.StartRev, h.model.compacted)
+			}
+			continue
+		}
+		var want []*mvccpb.Event
+		for _, ev := range h.model.events {
+			if ev.Rev < l.w.StartRev || !inRange(ev.Kv.Key, l.w.Key, l.w.End) || (l.w.NoDelete && ev.Type == mvccpb.DELETE) {
+				continue
+			}
+			e := ev.Event
+			if !l.w.PrevKV {
+				e = &mvccpb.Event{Type: e.Type, Kv: e.Kv}
+			}
+			want = append(want, e)
+		}
+		if len(want) != len(l.events) {
+			h.t.Fatalf("watch%d (%q..%q from r%d): got %d events, want %d\n got %v\nwant %v", l.w.ID, l.w.Key, l.w.End, l.w.StartRev, len(l.events), len(want), l.events, want)
+		}
+		for i := range want {
+			if !proto.Equal(want[i], l.events[i]) {
+				h.t.Fatalf("watch%d event %d:\n got %v\nwant %v", l.w.ID, i, l.events[i], want[i])
+			}
+		}
+	}
+}
