@@ -1,0 +1,134 @@
+// Command axon is Axon's one binary: an etcd v3 compatible metadata store.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/server"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
+)
+
+func main() {
+	if err := rootCmd().ExecuteContext(context.Background()); err != nil {
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{Use: "axon", Short: "Axon: an etcd v3 compatible metadata store", SilenceUsage: true}
+	root.AddCommand(serveCmd(), &cobra.Command{
+		Use: "version", Short: "Print versions",
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "axon (etcd API %s)\n", server.Version)
+		},
+	})
+	return root
+}
+
+type serveFlags struct {
+	listenClient, advertiseClient, listenMetrics string
+	dataDir, name                                string
+	maxRequestBytes                              int
+	maxTxnOps                                    int
+}
+
+func serveCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the etcd v3 API over an embedded Badger engine",
+		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listenClient, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on")
+	fl.StringVar(&f.advertiseClient, "advertise-client-urls", "", "client URL to advertise (default: the listen URL)")
+	fl.StringVar(&f.listenMetrics, "listen-metrics-urls", "http://127.0.0.1:2381", "URL to serve /health and /readyz on")
+	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
+	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
+	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
+	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	return cmd
+}
+
+func hostPort(u string) (string, error) {
+	if !strings.Contains(u, "://") {
+		return u, nil
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("bad URL %q: %w", u, err)
+	}
+	if p.Scheme != "http" {
+		return "", fmt.Errorf("URL %q: only http is supported so far", u)
+	}
+	return p.Host, nil
+}
+
+func serve(ctx context.Context, f serveFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	clientAddr, err := hostPort(f.listenClient)
+	if err != nil {
+		return err
+	}
+	metricsAddr, err := hostPort(f.listenMetrics)
+	if err != nil {
+		return err
+	}
+	eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.dataDir, err)
+	}
+	defer eng.Close()
+	adv := f.advertiseClient
+	if adv == "" {
+		adv = f.listenClient
+	}
+	srv, err := server.New(server.Config{
+		Core: core.Config{MaxTxnOps: f.maxTxnOps}, MemberID: 0x1a2b3c4d, ClusterID: 0xa1b2c3d4,
+		Name: f.name, ClientURLs: []string{adv}, Logger: log,
+	}, eng)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	lis, err := net.Listen("tcp", clientAddr)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(f.maxRequestBytes + 512*1024))
+	srv.Register(g)
+	mux := http.NewServeMux()
+	health := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, `{"health":"true"}`) }
+	mux.HandleFunc("/health", health)
+	mux.HandleFunc("/readyz", health)
+	hs := &http.Server{Addr: metricsAddr, Handler: mux}
+	go func() {
+		if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "err", err)
+		}
+	}()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		log.Info("shutting down")
+		g.GracefulStop()
+		_ = hs.Close()
+	}()
+	log.Info("serving", "client", clientAddr, "metrics", metricsAddr, "data-dir", f.dataDir)
+	return g.Serve(lis)
+}

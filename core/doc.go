@@ -1,0 +1,59 @@
+// Package core is Axon's pure state machine: it deals etcd revisions,
+// orders the outcomes of engine transactions, advances the commit point,
+// and releases responses and watch events in revision order. It reads no
+// clock, starts no goroutine, takes no lock and does no IO: a driver (the
+// gRPC server, or the deterministic simulator) feeds it inputs and runs
+// the engine work it asks for. A test enforces this (purity_test.go).
+//
+// # Data model
+//
+// All state lives in a transactional engine under keys built by
+// LatestKey, HistoryKey, RevisionKey, MetaKey and LeaseKey (see keys.go).
+// A key's latest record carries its newest value and its touch revision:
+// the highest revision that read or wrote it. History records keep every
+// version for reads at a revision and for prev_kv. A revision record per
+// dealt revision lists its events (the durable event index) or marks it
+// fenced.
+//
+// # Order of truth
+//
+// Revision order is the linearization order. A write at revision r may
+// use a key only if the key's touch revision is below r; otherwise the
+// work is late, its revision becomes a no-op and the request is dealt
+// again. Keys a request only reads are touched too (written back), so a
+// delayed earlier revision cannot slip a write under a later read. Work
+// that reads or deletes a key range is serial: it is handed out only when
+// every earlier revision is final. Responses are released only when the
+// commit point C has passed their revision; the header revision of a
+// write is its own revision, of a read C.
+//
+// # Writing a driver
+//
+// A driver owns one Node and serialises calls into it (a mutex, or one
+// goroutine). Its loop:
+//
+//  1. Recover the State from an engine snapshot (Recover) and NewNode.
+//  2. Feed inputs: Propose for Put, DeleteRange and Txn; Compact;
+//     AddWatch, CancelWatch. Validation errors come back at once.
+//  3. Call Ready and act on every output:
+//     - Work: for WorkRequest, WorkFence and WorkCompact, begin an engine
+//     transaction, evaluate the work against it (Evaluate, or
+//     CompactWrites), apply Effects.Writes, commit unless Effects.Late,
+//     and Report the work with its Effects and the Outcome: Committed,
+//     NotApplied (definite failure) or Uncertain. Work items are
+//     independent and may run concurrently, in any order; back off by
+//     Work.Attempt. For WorkCatchUp, read ReadEvents(From, To) in a
+//     snapshot and hand the result to CatchUpDone.
+//     - Responses: deliver each to the client waiting on its RequestID.
+//     - WatchResponses: deliver in order per watch.
+//  4. Repeat from 2 with whatever arrives next.
+//
+// Linearizable reads need no work item: take an engine snapshot after
+// reading Committed and run Range against it (it is pure, run it outside
+// the lock). Progress tells when a progress notification may be sent.
+//
+// An uncertain outcome is resolved by fence work (evaluateFence): if the
+// revision record is present the write applied, else the fence writes a
+// fenced record, so a delayed copy of the transaction conflicts and can
+// never land. The commit point waits for the fence.
+package core

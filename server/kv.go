@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// coreErrors maps core's etcd errors to etcd's gRPC errors.
+var coreErrors = []struct {
+	err  error
+	grpc error
+}{
+	{core.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{core.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{core.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	{core.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
+	{core.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+	{core.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{core.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
+	{core.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
+	{core.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{core.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
+	{core.ErrStopped, rpctypes.ErrGRPCStopped},
+	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
+}
+
+// toGRPC turns an error into the status etcd would answer with.
+func toGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, m := range coreErrors {
+		if errors.Is(err, m.err) {
+			return m.grpc
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, core.ErrRetriesExhausted), errors.Is(err, storage.ErrUnavailable),
+		errors.Is(err, storage.ErrConflict), errors.Is(err, storage.ErrUncertain):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (s *Server) header(rev int64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: s.cfg.ClusterID, MemberId: s.cfg.MemberID, Revision: rev, RaftTerm: 1}
+}
+
+// fillHeader gives a top-level response etcd's identity fields.
+func (s *Server) fillHeader(h *pb.ResponseHeader) {
+	if h != nil {
+		h.ClusterId, h.MemberId, h.RaftTerm = s.cfg.ClusterID, s.cfg.MemberID, 1
+	}
+}
+
+type kvServer struct {
+	pb.UnimplementedKVServer
+	s *Server
+}
+
+func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := core.ValidateRange(r); err != nil {
+		return nil, toGRPC(err)
+	}
+	txn, c, compacted, err := k.s.snapshot(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	defer txn.Rollback()
+	resp, err := core.Range(storage.NewReader(txn), r, c, compacted)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	k.s.fillHeader(resp.Header)
+	return resp, nil
+}
+
+func (k kvServer) write(ctx context.Context, op *pb.RequestOp) (*pb.ResponseOp, error) {
+	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return resp.Response, nil
+}
+
+func (k kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: r}})
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponsePut()
+	k.s.fillHeader(out.Header)
+	return out, nil
+}
+
+func (k kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}})
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponseDeleteRange()
+	k.s.fillHeader(out.Header)
+	return out, nil
+}
+
+func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: r}})
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponseTxn()
+	k.s.fillHeader(out.Header)
+	return out, nil
+}
+
+func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.CompactionResponse{Header: k.s.header(resp.Rev)}, nil
+}

@@ -1,0 +1,216 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/server"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
+)
+
+// start runs an Axon server over Badger in dir on a loopback port and
+// returns a clientv3 client for it.
+func start(t *testing.T, dir string) *clientv3.Client {
+	t.Helper()
+	eng, err := badgerkv.Open(dir, badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "test"}, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cli.Close()
+		g.Stop()
+		srv.Close()
+		eng.Close()
+	})
+	return cli
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestPutGetDeleteOverClientv3(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	p1, err := cli.Put(ctx, "/registry/pods/a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := cli.Put(ctx, "/registry/pods/b", "2", clientv3.WithPrevKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Header.Revision <= p1.Header.Revision {
+		t.Fatalf("revisions did not increase: %d then %d", p1.Header.Revision, p2.Header.Revision)
+	}
+	g, err := cli.Get(ctx, "/registry/pods/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Count != 2 || string(g.Kvs[0].Value) != "1" || string(g.Kvs[1].Value) != "2" || g.Header.Revision < p2.Header.Revision {
+		t.Fatalf("get: %+v", g)
+	}
+	old, err := cli.Get(ctx, "/registry/pods/", clientv3.WithPrefix(), clientv3.WithRev(p1.Header.Revision))
+	if err != nil || old.Count != 1 {
+		t.Fatalf("get at r%d: %v %+v", p1.Header.Revision, err, old)
+	}
+	d, err := cli.Delete(ctx, "/registry/pods/a", clientv3.WithPrevKV())
+	if err != nil || d.Deleted != 1 || string(d.PrevKvs[0].Value) != "1" {
+		t.Fatalf("delete: %v %+v", err, d)
+	}
+	if _, err := cli.Get(ctx, "x", clientv3.WithRev(d.Header.Revision+100)); err != rpctypes.ErrFutureRev {
+		t.Fatalf("future revision: got %v", err)
+	}
+	if _, err := cli.Put(ctx, "", "v"); err != rpctypes.ErrEmptyKey {
+		t.Fatalf("empty key: got %v", err)
+	}
+}
+
+func TestKubernetesCreateAndCASOverClientv3(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	key := "/registry/configmaps/default/x"
+	create := func() *clientv3.TxnResponse {
+		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "v1")).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := create()
+	if !r.Succeeded {
+		t.Fatal("first create failed")
+	}
+	rev := r.Responses[0].GetResponsePut().Header.Revision
+	if rev != r.Header.Revision {
+		t.Fatalf("put header r%d, txn header r%d", rev, r.Header.Revision)
+	}
+	if r2 := create(); r2.Succeeded || r2.Responses[0].GetResponseRange().Kvs[0].ModRevision != rev {
+		t.Fatalf("second create: %+v", r2)
+	}
+	upd, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, "v2")).Else(clientv3.OpGet(key)).Commit()
+	if err != nil || !upd.Succeeded {
+		t.Fatalf("CAS update: %v %+v", err, upd)
+	}
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut("k", "1"), clientv3.OpPut("k", "2")).Commit(); err != rpctypes.ErrDuplicateKey {
+		t.Fatalf("duplicate key: got %v", err)
+	}
+}
+
+func TestWatchFromOldRevisionAndCompaction(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	var first int64
+	for i := 0; i < 40; i++ { // more than the ring holds
+		r, err := cli.Put(ctx, "/w/k", string(rune('a'+i%26)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Header.Revision
+		}
+	}
+	wch := cli.Watch(ctx, "/w/", clientv3.WithPrefix(), clientv3.WithRev(first), clientv3.WithPrevKV())
+	got := 0
+	for got < 40 {
+		wr := <-wch
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision != first+int64(got) {
+				t.Fatalf("event %d at r%d, want r%d", got, ev.Kv.ModRevision, first+int64(got))
+			}
+			if got > 0 && ev.PrevKv == nil {
+				t.Fatalf("event %d has no prev_kv", got)
+			}
+			got++
+		}
+	}
+	if _, err := cli.Put(ctx, "/w/live", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if wr := <-wch; len(wr.Events) != 1 || string(wr.Events[0].Kv.Key) != "/w/live" {
+		t.Fatalf("live event: %+v", wr)
+	}
+	if _, err := cli.Compact(ctx, first+10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Get(ctx, "/w/k", clientv3.WithRev(first)); err != rpctypes.ErrCompacted {
+		t.Fatalf("get below compact: %v", err)
+	}
+	wr := <-cli.Watch(ctx, "/w/", clientv3.WithPrefix(), clientv3.WithRev(first))
+	if wr.CompactRevision != first+10 || !wr.Canceled {
+		t.Fatalf("watch below compact: %+v", wr)
+	}
+}
+
+func TestRevisionsContinueAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	var last int64
+	func() {
+		eng, err := badgerkv.Open(dir, badgerkv.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		srv, err := server.New(server.Config{}, eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		lis, _ := net.Listen("tcp", "127.0.0.1:0")
+		g := grpc.NewServer()
+		srv.Register(g)
+		go func() { _ = g.Serve(lis) }()
+		defer g.Stop()
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		for i := 0; i < 5; i++ {
+			r, err := cli.Put(ctxT(t), "k", "v")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r.Header.Revision
+		}
+	}()
+	cli := start(t, dir)
+	g, err := cli.Get(ctxT(t), "k")
+	if err != nil || g.Header.Revision != last || g.Kvs[0].Version != 5 {
+		t.Fatalf("after restart: %v %+v (want revision %d)", err, g, last)
+	}
+	r, err := cli.Put(ctxT(t), "k", "w")
+	if err != nil || r.Header.Revision <= last {
+		t.Fatalf("put after restart: %v r%d, last r%d", err, r.Header.Revision, last)
+	}
+}

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+)
+
+// maxQueued bounds a stream's unsent responses; a watcher that falls
+// further behind is canceled with a reason instead of dropping events.
+const maxQueued = 4096
+
+// watchStream is one client Watch stream: local watch IDs mapped to the
+// node's, and an ordered queue of responses to send.
+type watchStream struct {
+	s      *Server
+	mu     sync.Mutex
+	queue  []*pb.WatchResponse
+	signal chan struct{}
+	local  map[int64]core.WatchID // stream ID → node ID
+	remote map[core.WatchID]int64
+	nextID int64
+}
+
+// enqueue adds a response; called with s.mu held so order is the node's.
+func (ws *watchStream) enqueue(r *pb.WatchResponse) {
+	ws.mu.Lock()
+	ws.queue = append(ws.queue, r)
+	ws.mu.Unlock()
+	select {
+	case ws.signal <- struct{}{}:
+	default:
+	}
+}
+
+// deliver converts a node watch response; called with s.mu held.
+func (ws *watchStream) deliver(wr core.WatchResponse) {
+	id, ok := ws.remote[wr.ID]
+	if !ok {
+		return
+	}
+	r := &pb.WatchResponse{Header: ws.s.header(ws.s.node.Committed()), WatchId: id, Events: wr.Events}
+	if wr.Canceled {
+		r.Canceled, r.CompactRevision = true, wr.CompactRevision
+		if wr.CompactRevision > 0 {
+			r.CancelReason = "mvcc: required revision has been compacted"
+		}
+		ws.forget(wr.ID)
+	}
+	ws.mu.Lock()
+	full := len(ws.queue) >= maxQueued
+	ws.mu.Unlock()
+	if full && !r.Canceled {
+		ws.s.node.CancelWatch(wr.ID)
+		ws.forget(wr.ID)
+		r = &pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: "axon: watcher too slow: more than 4096 responses unsent"}
+	}
+	ws.enqueue(r)
+}
+
+func (ws *watchStream) forget(id core.WatchID) {
+	delete(ws.local, ws.remote[id])
+	delete(ws.remote, id)
+}
+
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	s *Server
+}
+
+func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
+	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}}
+	done := make(chan struct{})
+	defer func() {
+		close(done)
+		w.s.step(func(n *core.Node) {
+			for id := range ws.remote {
+				n.CancelWatch(id)
+				delete(w.s.watches, id)
+			}
+		})
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- w.send(stream, ws, done) }()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch u := req.RequestUnion.(type) {
+		case *pb.WatchRequest_CreateRequest:
+			w.create(ws, u.CreateRequest)
+		case *pb.WatchRequest_CancelRequest:
+			w.cancelWatch(ws, u.CancelRequest.WatchId)
+		case *pb.WatchRequest_ProgressRequest:
+			go w.progress(ws, done)
+		}
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
+	}
+}
+
+func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
+	for {
+		select {
+		case <-ws.signal:
+		case <-done:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+		ws.mu.Lock()
+		batch := ws.queue
+		ws.queue = nil
+		ws.mu.Unlock()
+		for _, r := range batch {
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {
+	w.s.step(func(n *core.Node) {
+		id := c.WatchId
+		if id == 0 || id == -1 {
+			for {
+				id = ws.nextID
+				ws.nextID++
+				if _, used := ws.local[id]; !used {
+					break
+				}
+			}
+		}
+		hdr := w.s.header(n.Committed())
+		if _, used := ws.local[id]; used || len(c.Key) == 0 {
+			reason := "mvcc: watcher already exists"
+			if len(c.Key) == 0 {
+				reason = core.ErrEmptyKey.Error()
+			}
+			ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true, Canceled: true, CancelReason: reason})
+			return
+		}
+		w.s.nextW++
+		gid := w.s.nextW
+		ws.local[id], ws.remote[gid] = gid, id
+		w.s.watches[gid] = ws
+		ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true})
+		watch := core.Watch{ID: gid, Key: c.Key, End: c.RangeEnd, StartRev: c.StartRevision, PrevKV: c.PrevKv}
+		for _, f := range c.Filters {
+			switch f {
+			case pb.WatchCreateRequest_NOPUT:
+				watch.NoPut = true
+			case pb.WatchCreateRequest_NODELETE:
+				watch.NoDelete = true
+			}
+		}
+		if err := n.AddWatch(watch); err != nil {
+			ws.forget(gid)
+			delete(w.s.watches, gid)
+			ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: err.Error()})
+		}
+	})
+}
+
+func (w watchServer) cancelWatch(ws *watchStream, id int64) {
+	w.s.step(func(n *core.Node) {
+		gid, ok := ws.local[id]
+		if !ok {
+			return
+		}
+		n.CancelWatch(gid)
+		ws.forget(gid)
+		delete(w.s.watches, gid)
+		ws.enqueue(&pb.WatchResponse{Header: w.s.header(n.Committed()), WatchId: id, Canceled: true})
+	})
+}
+
+// progress answers RequestProgress once every watcher of the stream is
+// synced, so the notification never runs ahead of delivered events.
+func (w watchServer) progress(ws *watchStream, done chan struct{}) {
+	for {
+		sent := false
+		w.s.step(func(n *core.Node) {
+			ids := make([]core.WatchID, 0, len(ws.remote))
+			for id := range ws.remote {
+				ids = append(ids, id)
+			}
+			if rev, ok := n.Progress(ids...); ok {
+				ws.enqueue(&pb.WatchResponse{Header: w.s.header(rev), WatchId: -1})
+				sent = true
+			}
+		})
+		if sent {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
