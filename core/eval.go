@@ -54,7 +54,15 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		return nil, ErrEmptyRequest
 	}
 	tx := &txnEval{rd: rd, rev: w.Rev, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
-	resp, err := tx.request(w.Request)
+	var (
+		resp *pb.ResponseOp
+		err  error
+	)
+	if w.Lease != nil {
+		err = tx.leaseOp(w.Lease)
+	} else {
+		resp, err = tx.request(w.Request)
+	}
 	switch {
 	case errors.Is(err, errLate):
 		return &Effects{Late: true}, nil
@@ -114,6 +122,7 @@ type txnEval struct {
 	cache                map[string]*entry
 	order                []*entry
 	events               []Event
+	extra                []Write // writes outside the key spaces (lease records)
 }
 
 // get returns the entry of a single key, reading it on first use. A key
@@ -147,7 +156,7 @@ func (tx *txnEval) discard() {
 			e.cur = e.orig
 		}
 	}
-	tx.events = nil
+	tx.events, tx.extra = nil, nil
 }
 
 // writes renders the evaluation's engine writes: new latest and history
@@ -178,6 +187,7 @@ func (tx *txnEval) writes() []Write {
 			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: enc})
 		}
 	}
+	ws = append(ws, tx.extra...)
 	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr)})
 }
 

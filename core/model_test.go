@@ -54,6 +54,23 @@ func (m *model) apply(op *pb.RequestOp, rev int64) (*pb.ResponseOp, error) {
 	return resp, nil
 }
 
+// revoke deletes every key attached to lease id at revision rev.
+func (m *model) revoke(id, rev int64) {
+	e := &modelTxn{rev: rev, kvs: maps.Clone(m.kvs)}
+	for _, kv := range sortedIn(m.kvs, []byte{0}, []byte{0}) {
+		if kv.Lease == id {
+			delete(e.kvs, string(kv.Key))
+			e.events = append(e.events, core.Event{Rev: rev, Event: &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev}, PrevKv: kv}})
+		}
+	}
+	m.rev = rev
+	if len(e.events) > 0 {
+		m.kvs = e.kvs
+		m.states[rev] = maps.Clone(e.kvs)
+		m.events = append(m.events, e.events...)
+	}
+}
+
 type modelTxn struct {
 	rev    int64
 	kvs    map[string]*mvccpb.KeyValue

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,6 +35,8 @@ type Work struct {
 	Rev     int64 // dealt revision (WorkRequest, WorkFence)
 	ID      RequestID
 	Request *pb.RequestOp
+	// Lease is set instead of Request for a lease grant or revoke.
+	Lease *LeaseOp
 	// Serial work was held until every earlier revision was final.
 	Serial bool
 	// Committed and Compacted as of dealing, for reads at a revision.
@@ -58,12 +62,15 @@ const (
 	Uncertain
 )
 
-// Response is a request's answer, released in revision order.
+// Response is a request's answer, released in revision order. ID 0 marks
+// the node's own work (a lease expiry): no client waits for it.
 type Response struct {
 	ID       RequestID
 	Rev      int64
 	Response *pb.ResponseOp
-	Err      error
+	// Lease is the lease a grant created (its TTL in LeaseTTL).
+	Lease, LeaseTTL int64
+	Err             error
 }
 
 // Ready is what the node asks of its driver since the last call.
@@ -89,6 +96,9 @@ type Config struct {
 	MaxAttempts int
 	// CatchUpBatch bounds the revisions one catch-up read covers.
 	CatchUpBatch int
+	// MinLeaseTTL is the smallest lease TTL granted, in seconds (etcd
+	// derives it from its election timeout; default 2).
+	MinLeaseTTL int64
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +114,9 @@ func (c Config) withDefaults() Config {
 	if c.CatchUpBatch <= 0 {
 		c.CatchUpBatch = 1024
 	}
+	if c.MinLeaseTTL <= 0 {
+		c.MinLeaseTTL = 2
+	}
 	return c
 }
 
@@ -113,6 +126,7 @@ type State struct {
 	// it is final.
 	Committed int64
 	Compacted int64
+	Leases    []LeaseState
 }
 
 type slotState uint8
@@ -145,6 +159,7 @@ type Node struct {
 	held      []int64 // serial revisions waiting, ascending
 	ring      *Ring
 	watch     watchers
+	leases    leases
 	ready     Ready
 }
 
@@ -159,6 +174,7 @@ func NewNode(cfg Config, st State) *Node {
 		slots:     make(map[int64]*slot),
 		ring:      NewRing(cfg.RingSize, st.Committed+1),
 		watch:     newWatchers(),
+		leases:    newLeases(st.Leases),
 	}
 }
 
@@ -191,8 +207,12 @@ func (n *Node) HasReady() bool {
 // Propose accepts a write request (Put, DeleteRange or Txn) and deals it a
 // revision. A request etcd would reject is answered at once.
 func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
-	if err := n.validate(req); err != nil {
-		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: err})
+	err := n.validate(req)
+	if err == nil {
+		err = n.checkLeases(req)
+	}
+	if err != nil {
+		n.respond(id, err)
 		return
 	}
 	n.deal(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req)})
@@ -222,6 +242,21 @@ func (n *Node) deal(w *Work) {
 		s.state = slotHeld
 		n.held = append(n.held, w.Rev)
 		return
+	}
+	n.handOut(w)
+}
+
+// handOut gives work to the driver. A revoke learns its keys now: serial
+// work runs when every earlier revision is final, so the table is whole.
+func (n *Node) handOut(w *Work) {
+	if w.Lease != nil && w.Lease.Revoke {
+		w.Lease.Keys = w.Lease.Keys[:0]
+		if l := n.leases.byID[w.Lease.ID]; l != nil {
+			for k := range l.keys {
+				w.Lease.Keys = append(w.Lease.Keys, []byte(k))
+			}
+			slices.SortFunc(w.Lease.Keys, bytes.Compare)
+		}
 	}
 	n.ready.Work = append(n.ready.Work, w)
 }
@@ -280,10 +315,19 @@ func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
 // retry deals a request again after its revision ended as a no-op.
 func (n *Node) retry(w *Work) {
 	if w.Attempt+1 >= n.cfg.MaxAttempts {
-		n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Err: ErrRetriesExhausted})
+		if w.Lease != nil {
+			n.abandonLease(w.Lease)
+		}
+		n.respond(w.ID, ErrRetriesExhausted)
 		return
 	}
-	n.deal(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Serial: w.Serial, Attempt: w.Attempt + 1})
+	if w.Request != nil {
+		if err := n.checkLeases(w.Request); err != nil {
+			n.respond(w.ID, err) // a lease it uses was revoked meanwhile
+			return
+		}
+	}
+	n.deal(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1})
 }
 
 // advance moves C over the contiguous prefix of final revisions, emitting
@@ -316,9 +360,14 @@ func (n *Node) commit(rev int64, s *slot) {
 		n.ring.Append(ev)
 	}
 	n.watch.publish(rev, eff.Events)
-	if s.work.Kind == WorkRequest {
-		n.ready.Responses = append(n.ready.Responses, Response{ID: s.work.ID, Rev: rev, Response: eff.Response, Err: eff.Err})
+	n.leases.attach(eff.Events)
+	w := s.work
+	r := Response{ID: w.ID, Rev: rev, Response: eff.Response, Err: eff.Err}
+	if w.Lease != nil {
+		n.commitLease(w.Lease)
+		r.Lease, r.LeaseTTL = w.Lease.ID, w.Lease.TTL
 	}
+	n.ready.Responses = append(n.ready.Responses, r)
 }
 
 // releaseHeld hands out the serial work whose turn has come.
@@ -328,7 +377,7 @@ func (n *Node) releaseHeld() {
 		n.held = n.held[1:]
 		s.state = slotRunning
 		s.work.Committed, s.work.Compacted = n.committed, n.compacted
-		n.ready.Work = append(n.ready.Work, s.work)
+		n.handOut(s.work)
 	}
 }
 
@@ -364,7 +413,13 @@ func (n *Node) reportCompact(w *Work, out Outcome) {
 func DescribeWork(w *Work) string {
 	switch w.Kind {
 	case WorkRequest:
-		s := fmt.Sprintf("work r%d req%d %s", w.Rev, w.ID, DescribeRequest(w.Request))
+		what := DescribeRequest(w.Request)
+		if l := w.Lease; l != nil && l.Revoke {
+			what = fmt.Sprintf("revoke lease%d keys=%d", l.ID, len(l.Keys))
+		} else if l != nil {
+			what = fmt.Sprintf("grant lease%d ttl=%d", l.ID, l.TTL)
+		}
+		s := fmt.Sprintf("work r%d req%d %s", w.Rev, w.ID, what)
 		if w.Serial {
 			s += " serial"
 		}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,10 @@ type harness struct {
 	reqs     map[core.RequestID]*pb.RequestOp
 	answers  map[core.RequestID]int
 	compacts map[core.RequestID]int64
+	leaseOps map[core.RequestID]*core.LeaseOp
+	granted  []int64        // leases whose grant was answered
+	revoked  map[int64]bool // leases whose revoke was asked for or ran
+	leaseNow time.Duration
 	nextID   core.RequestID
 	lastRev  int64
 	watches  []*watchLog
@@ -75,6 +80,10 @@ func (h *harness) drain() {
 			h.t.Fatalf("request %d answered twice", r.ID)
 		}
 		req := h.reqs[r.ID]
+		if op, ok := h.leaseOps[r.ID]; ok || r.ID == 0 {
+			h.leaseResponse(r, op)
+			continue
+		}
 		if rev, ok := h.compacts[r.ID]; ok {
 			if r.Err == nil && rev > h.model.compacted {
 				h.model.compacted = rev
@@ -82,6 +91,9 @@ func (h *harness) drain() {
 			continue
 		}
 		if r.Err == core.ErrRetriesExhausted {
+			continue
+		}
+		if r.Rev == 0 && r.Err == core.ErrLeaseNotFound && h.usesRevokedLease(req) {
 			continue
 		}
 		if r.Rev == 0 {
@@ -257,10 +269,13 @@ func genSpan(t *rapid.T) (key, end []byte) {
 	return key, nil
 }
 
-func genRequest(t *rapid.T, depth int) *pb.RequestOp {
+func genRequest(t *rapid.T, h *harness, depth int) *pb.RequestOp {
 	switch rapid.IntRange(0, 4).Draw(t, "kind") {
 	case 0, 1:
 		p := &pb.PutRequest{Key: genKey(t, "key"), Value: genValue(t), PrevKv: rapid.Bool().Draw(t, "prevkv")}
+		if len(h.granted) > 0 && rapid.IntRange(0, 2).Draw(t, "leased") == 0 {
+			p.Lease = rapid.SampledFrom(h.granted).Draw(t, "lease")
+		}
 		if rapid.IntRange(0, 9).Draw(t, "ignore") == 0 {
 			p.Value, p.IgnoreValue = nil, true
 		}
@@ -338,13 +353,13 @@ func runModel(t *rapid.T) {
 	h := &harness{
 		t: t, ctx: context.Background(), eng: memkv.New(),
 		node:  core.NewNode(core.Config{RingSize: rapid.IntRange(1, 8).Draw(t, "ring"), CatchUpBatch: 4}, core.State{}),
-		model: newModel(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{},
+		model: newModel(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{}, leaseOps: map[core.RequestID]*core.LeaseOp{}, revoked: map[int64]bool{},
 	}
 	steps := rapid.IntRange(20, 150).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
-		switch rapid.IntRange(0, 9).Draw(t, "action") {
+		switch rapid.IntRange(0, 10).Draw(t, "action") {
 		case 0, 1, 2:
-			h.propose(genRequest(t, 0))
+			h.propose(genRequest(t, h, 0))
 		case 3, 4:
 			if len(h.queue) > 0 {
 				h.begin(rapid.IntRange(0, len(h.queue)-1).Draw(t, "which"))
@@ -361,6 +376,8 @@ func runModel(t *rapid.T) {
 			h.read(genRange(t, h))
 		case 9:
 			h.addWatchOrCompact(t)
+		case 10:
+			h.leaseAction(t)
 		}
 		h.drain()
 	}
@@ -396,6 +413,70 @@ func (h *harness) addWatchOrCompact(t *rapid.T) {
 		w.StartRev = c + 1
 	}
 	h.watches = append(h.watches, &watchLog{w: w})
+}
+
+// leaseAction grants, revokes, keeps alive or lets time expire leases.
+func (h *harness) leaseAction(t *rapid.T) {
+	switch rapid.IntRange(0, 3).Draw(t, "leaseop") {
+	case 0:
+		h.nextID++
+		h.leaseOps[h.nextID] = &core.LeaseOp{TTL: int64(rapid.IntRange(1, 5).Draw(t, "ttl"))}
+		h.node.Grant(h.nextID, 0, h.leaseOps[h.nextID].TTL)
+	case 1:
+		if len(h.granted) == 0 {
+			return
+		}
+		id := rapid.SampledFrom(h.granted).Draw(t, "revoke")
+		h.nextID++
+		h.leaseOps[h.nextID] = &core.LeaseOp{Revoke: true, ID: id}
+		if !h.revoked[id] {
+			h.revoked[id] = true
+		}
+		h.node.Revoke(h.nextID, id)
+	case 2:
+		if len(h.granted) > 0 {
+			_, _ = h.node.KeepAlive(rapid.SampledFrom(h.granted).Draw(t, "keepalive"), h.leaseNow)
+		}
+	default:
+		h.leaseNow += time.Duration(rapid.IntRange(1, 3).Draw(t, "leasetime")) * time.Second
+		live := map[int64]bool{}
+		for _, id := range h.node.Leases() {
+			live[id] = true
+		}
+		h.node.Tick(h.leaseNow)
+		for _, id := range h.granted {
+			if live[id] && !slices.Contains(h.node.Leases(), id) {
+				h.revoked[id] = true // expired
+			}
+		}
+	}
+}
+
+func (h *harness) leaseResponse(r core.Response, op *core.LeaseOp) {
+	switch {
+	case op != nil && !op.Revoke:
+		if r.Err != nil {
+			h.t.Fatalf("grant: %v", r.Err)
+		}
+		h.granted = append(h.granted, r.Lease)
+	case op != nil && r.Err == core.ErrLeaseNotFound:
+		if !h.revoked[op.ID] {
+			h.t.Fatalf("revoke of live lease %d: not found", op.ID)
+		}
+	case r.Err != nil:
+		h.t.Fatalf("revoke of lease %d: %v", r.Lease, r.Err)
+	default:
+		if r.Rev <= h.lastRev {
+			h.t.Fatalf("revoke at r%d released after r%d", r.Rev, h.lastRev)
+		}
+		h.lastRev = r.Rev
+		h.model.revoke(r.Lease, r.Rev)
+	}
+}
+
+func (h *harness) usesRevokedLease(req *pb.RequestOp) bool {
+	p := req.GetRequestPut()
+	return p != nil && p.Lease != 0 && h.revoked[p.Lease]
 }
 
 // checkWatches compares each watch's stream with the model's history.

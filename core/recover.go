@@ -30,7 +30,58 @@ func Recover(rd Reader) (State, error) {
 		}
 		st.Compacted = int64(binary.BigEndian.Uint64(v))
 	}
+	if st.Leases, err = recoverLeases(rd); err != nil {
+		return State{}, err
+	}
 	return st, nil
+}
+
+// recoverLeases reads the lease records and finds the keys attached to
+// each by scanning the latest records.
+func recoverLeases(rd Reader) ([]LeaseState, error) {
+	var (
+		out   []LeaseState
+		index = map[int64]int{}
+		err   error
+	)
+	scanErr := rd.Scan(spacePrefix(spaceLease), spacePrefix(spaceLease+1), false, 0, func(k, v []byte) bool {
+		var ls LeaseState
+		if ls.ID, err = DecodeLeaseKey(k); err != nil {
+			return false
+		}
+		if ls.TTL, err = DecodeLeaseRecord(v); err != nil {
+			return false
+		}
+		index[ls.ID] = len(out)
+		out = append(out, ls)
+		return true
+	})
+	if scanErr != nil {
+		return nil, scanErr
+	}
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	scanErr = rd.Scan(spacePrefix(spaceLatest), spacePrefix(spaceLatest+1), false, 0, func(k, v []byte) bool {
+		var rec Record
+		if rec, err = DecodeRecord(v); err != nil {
+			return false
+		}
+		i, ok := index[rec.Lease]
+		if rec.Tombstone || rec.Lease == 0 || !ok {
+			return true
+		}
+		var key []byte
+		if key, err = DecodeLatestKey(k); err != nil {
+			return false
+		}
+		out[i].Keys = append(out[i].Keys, key)
+		return true
+	})
+	if scanErr != nil {
+		return nil, scanErr
+	}
+	return out, err
 }
 
 // CompactWrites returns the write that stores compact revision rev, or

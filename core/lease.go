@@ -1,0 +1,278 @@
+package core
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// MaxLeaseTTL is etcd's largest lease TTL in seconds.
+const MaxLeaseTTL = 9_000_000_000
+
+// LeaseOp is a lease request dealt a revision like a write: granting
+// stores the lease record; revoking deletes it and every key attached.
+type LeaseOp struct {
+	Revoke bool
+	ID     int64
+	TTL    int64 // seconds, grant only
+	// Keys attached to the lease when a revoke runs (set by the node).
+	Keys [][]byte
+}
+
+// LeaseInfo describes a lease for TimeToLive and Leases.
+type LeaseInfo struct {
+	ID         int64
+	GrantedTTL int64
+	// Remaining is the time left before expiry (0 once expired).
+	Remaining time.Duration
+	Keys      [][]byte
+}
+
+// LeaseState is a stored lease, as Recover finds it.
+type LeaseState struct {
+	ID, TTL int64
+	Keys    [][]byte
+}
+
+type lease struct {
+	id, ttl  int64
+	expiry   time.Duration // on the driver's clock; 0 until first Tick
+	revoking bool
+	keys     map[string]struct{}
+}
+
+type leases struct {
+	byID map[int64]*lease
+	now  time.Duration
+}
+
+func newLeases(st []LeaseState) leases {
+	ls := leases{byID: make(map[int64]*lease, len(st))}
+	for _, s := range st {
+		l := &lease{id: s.ID, ttl: s.TTL, keys: map[string]struct{}{}}
+		for _, k := range s.Keys {
+			l.keys[string(k)] = struct{}{}
+		}
+		ls.byID[s.ID] = l
+	}
+	return ls
+}
+
+func (ls *leases) live(id int64) *lease {
+	if l := ls.byID[id]; l != nil && !l.revoking {
+		return l
+	}
+	return nil
+}
+
+// attach moves keys between leases as committed events say.
+func (ls *leases) attach(events []Event) {
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		if ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
+			if l := ls.byID[ev.PrevKv.Lease]; l != nil {
+				delete(l.keys, key)
+			}
+		}
+		if ev.Type == mvccpb.PUT && ev.Kv.Lease != 0 {
+			if l := ls.byID[ev.Kv.Lease]; l != nil {
+				l.keys[key] = struct{}{}
+			}
+		}
+	}
+}
+
+// leasesUsed lists the leases a request's puts attach keys to.
+func leasesUsed(op *pb.RequestOp, out []int64) []int64 {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestPut:
+		if tv.RequestPut.Lease != 0 {
+			out = append(out, tv.RequestPut.Lease)
+		}
+	case *pb.RequestOp_RequestTxn:
+		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.Success, tv.RequestTxn.Failure} {
+			for _, o := range ops {
+				out = leasesUsed(o, out)
+			}
+		}
+	}
+	return out
+}
+
+// checkLeases fails a request that attaches keys to a lease the node does
+// not hold or is revoking. The leader's table is authoritative: a revoke
+// is dealt after every put it must see, and marks the lease at once.
+func (n *Node) checkLeases(op *pb.RequestOp) error {
+	for _, id := range leasesUsed(op, nil) {
+		if n.leases.live(id) == nil {
+			return ErrLeaseNotFound
+		}
+	}
+	return nil
+}
+
+// Grant asks to create a lease of ttl seconds; id 0 lets the node pick
+// one (the dealt revision, which is never reused).
+func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
+	switch {
+	case ttl > MaxLeaseTTL:
+		n.respond(id, ErrLeaseTTLTooLarge)
+		return
+	case leaseID < 0:
+		n.respond(id, ErrLeaseNotFound)
+		return
+	case leaseID != 0 && n.leases.byID[leaseID] != nil:
+		n.respond(id, ErrLeaseExist)
+		return
+	}
+	ttl = max(ttl, n.cfg.MinLeaseTTL)
+	if leaseID == 0 {
+		leaseID = n.next
+		for n.leases.byID[leaseID] != nil {
+			leaseID += 1 << 40 // a client chose this ID: jump far from revisions
+		}
+	}
+	w := &Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{ID: leaseID, TTL: ttl}}
+	n.deal(w)
+	// Reserve the ID so a second grant of it fails; the lease becomes
+	// usable when the grant commits.
+	n.leases.byID[w.Lease.ID] = &lease{id: w.Lease.ID, ttl: ttl, revoking: true, keys: map[string]struct{}{}}
+}
+
+// Revoke asks to revoke a lease and delete its keys in one revision.
+// id 0 is an expiry: no client waits for it.
+func (n *Node) Revoke(id RequestID, leaseID int64) {
+	l := n.leases.live(leaseID)
+	if l == nil {
+		n.respond(id, ErrLeaseNotFound)
+		return
+	}
+	l.revoking = true
+	n.deal(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true})
+}
+
+// KeepAlive renews a lease from now and returns its TTL in seconds.
+func (n *Node) KeepAlive(leaseID int64, now time.Duration) (int64, error) {
+	l := n.leases.live(leaseID)
+	if l == nil {
+		return 0, ErrLeaseNotFound
+	}
+	l.expiry = now + time.Duration(l.ttl)*time.Second
+	return l.ttl, nil
+}
+
+// TimeToLive describes a lease as of now.
+func (n *Node) TimeToLive(leaseID int64, now time.Duration) (LeaseInfo, error) {
+	l := n.leases.live(leaseID)
+	if l == nil {
+		return LeaseInfo{}, ErrLeaseNotFound
+	}
+	info := LeaseInfo{ID: l.id, GrantedTTL: l.ttl}
+	if l.expiry == 0 {
+		info.Remaining = time.Duration(l.ttl) * time.Second
+	} else if l.expiry > now {
+		info.Remaining = l.expiry - now
+	}
+	for k := range l.keys {
+		info.Keys = append(info.Keys, []byte(k))
+	}
+	slices.SortFunc(info.Keys, bytes.Compare)
+	return info, nil
+}
+
+// Leases lists the live lease IDs in ascending order.
+func (n *Node) Leases() []int64 {
+	ids := make([]int64, 0, len(n.leases.byID))
+	for id, l := range n.leases.byID {
+		if !l.revoking {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Tick advances the node's clock: leases past their deadline are revoked.
+// Leases restored by Recover get their full TTL from the first Tick, as
+// etcd extends them on a leader change.
+func (n *Node) Tick(now time.Duration) {
+	n.leases.now = now
+	var expired []int64
+	for id, l := range n.leases.byID {
+		if l.revoking {
+			continue
+		}
+		if l.expiry == 0 {
+			l.expiry = now + time.Duration(l.ttl)*time.Second
+		}
+		if l.expiry <= now {
+			expired = append(expired, id)
+		}
+	}
+	slices.Sort(expired)
+	for _, id := range expired {
+		n.Revoke(0, id)
+	}
+}
+
+// commitLease applies a committed lease revision to the table.
+func (n *Node) commitLease(op *LeaseOp) {
+	if op.Revoke {
+		delete(n.leases.byID, op.ID)
+		return
+	}
+	if l := n.leases.byID[op.ID]; l != nil {
+		l.revoking = false
+		l.expiry = n.leases.now + time.Duration(l.ttl)*time.Second
+	}
+}
+
+// abandonLease undoes a grant that failed for good.
+func (n *Node) abandonLease(op *LeaseOp) {
+	if op.Revoke {
+		if l := n.leases.byID[op.ID]; l != nil {
+			l.revoking = false
+		}
+		return
+	}
+	delete(n.leases.byID, op.ID)
+}
+
+func (n *Node) respond(id RequestID, err error) {
+	n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: err})
+}
+
+// leaseOp evaluates a grant or revoke at the work's revision.
+func (tx *txnEval) leaseOp(op *LeaseOp) error {
+	if !op.Revoke {
+		tx.extra = append(tx.extra, Write{Key: LeaseKey(op.ID), Value: binary.AppendUvarint(nil, uint64(op.TTL))})
+		return nil
+	}
+	for _, k := range op.Keys {
+		e, err := tx.get(k)
+		if err != nil {
+			return err
+		}
+		if e.cur == nil || e.cur.Lease != op.ID {
+			continue
+		}
+		prev := e.cur
+		e.cur, e.written = nil, true
+		tx.events = append(tx.events, Event{Rev: tx.rev, Event: &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: e.key, ModRevision: tx.rev}, PrevKv: prev.keyValue(e.key)}})
+	}
+	tx.extra = append(tx.extra, Write{Key: LeaseKey(op.ID), Delete: true})
+	return nil
+}
+
+// DecodeLeaseRecord returns the TTL stored in a lease record.
+func DecodeLeaseRecord(b []byte) (int64, error) {
+	ttl, n := binary.Uvarint(b)
+	if n <= 0 || n != len(b) {
+		return 0, ErrBadRecord
+	}
+	return int64(ttl), nil
+}
