@@ -6,6 +6,7 @@
 //
 // Implemented: KV (Range, Put, DeleteRange, Txn, Compact), Watch (create
 // with start revision, prev_kv and filters, cancel, RequestProgress),
-// Maintenance Status and Defragment, Cluster MemberList, gRPC health.
-// Leases answer Unimplemented for now.
+// Lease (Grant, Revoke, KeepAlive, TimeToLive, Leases; expiry by a
+// ticker), Maintenance Status and Defragment, Cluster MemberList, gRPC
+// health.
 package server

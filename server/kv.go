@@ -27,6 +27,8 @@ var coreErrors = []struct {
 	{core.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
 	{core.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
 	{core.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{core.ErrLeaseExist, rpctypes.ErrGRPCLeaseExist},
+	{core.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{core.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
 	{core.ErrStopped, rpctypes.ErrGRPCStopped},
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},

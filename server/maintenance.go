@@ -48,7 +48,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterWatchServer(g, watchServer{s: s})
 	pb.RegisterMaintenanceServer(g, maintenanceServer{s: s})
 	pb.RegisterClusterServer(g, clusterServer{s: s})
-	pb.RegisterLeaseServer(g, pb.UnimplementedLeaseServer{})
+	pb.RegisterLeaseServer(g, leaseServer{s: s})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 }

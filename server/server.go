@@ -19,6 +19,8 @@ type Config struct {
 	MemberID  uint64
 	ClusterID uint64
 	Name      string
+	// TickInterval is how often leases are checked for expiry.
+	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList.
 	ClientURLs []string
 	Logger     *slog.Logger
@@ -39,6 +41,7 @@ type Server struct {
 	watches map[core.WatchID]*watchStream
 	nextW   core.WatchID
 
+	start  time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
 	work   sync.WaitGroup
@@ -62,8 +65,13 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, node: core.NewNode(cfg.Core, st),
 		waiters: map[core.RequestID]chan core.Response{}, watches: map[core.WatchID]*watchStream{},
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, start: time.Now(),
 	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 500 * time.Millisecond
+	}
+	s.work.Add(1)
+	go s.tick(cfg.TickInterval)
 	s.log.Info("recovered", "revision", st.Committed, "compacted", st.Compacted)
 	return s, nil
 }

@@ -214,3 +214,66 @@ func TestRevisionsContinueAfterRestart(t *testing.T) {
 		t.Fatalf("put after restart: %v r%d, last r%d", err, r.Header.Revision, last)
 	}
 }
+
+func TestLeaseExpiryDeletesKeysAndEmitsEvents(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	g, err := cli.Grant(ctx, 1) // raised to the 2 s minimum
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.TTL != 2 {
+		t.Fatalf("granted TTL %d, want 2", g.TTL)
+	}
+	if _, err := cli.Put(ctx, "/l/a", "1", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := cli.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
+	if err != nil || len(ttl.Keys) != 1 || ttl.GrantedTTL != 2 {
+		t.Fatalf("time to live: %v %+v", err, ttl)
+	}
+	wch := cli.Watch(ctx, "/l/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if _, err := cli.Put(ctx, "/l/b", "2", clientv3.WithLease(0x7fff)); err != rpctypes.ErrLeaseNotFound {
+		t.Fatalf("put with unknown lease: %v", err)
+	}
+	// No keepalive: the lease expires within TTL plus a tick.
+	wr := <-wch
+	if len(wr.Events) != 1 || wr.Events[0].Type != clientv3.EventTypeDelete || string(wr.Events[0].PrevKv.Value) != "1" {
+		t.Fatalf("expiry event: %+v", wr)
+	}
+	if r, err := cli.Get(ctx, "/l/a"); err != nil || r.Count != 0 {
+		t.Fatalf("key after expiry: %v %+v", err, r)
+	}
+	if ttl, err := cli.TimeToLive(ctx, g.ID); err != nil || ttl.TTL != -1 {
+		t.Fatalf("time to live after expiry: %v %+v", err, ttl)
+	}
+}
+
+func TestLeaseKeepAliveAndRevoke(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, err := cli.KeepAliveOnce(ctx, g.ID)
+	if err != nil || ka.TTL != 30 {
+		t.Fatalf("keepalive: %v %+v", err, ka)
+	}
+	if _, err := cli.Put(ctx, "k", "v", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := cli.Leases(ctx)
+	if err != nil || len(ls.Leases) != 1 || ls.Leases[0].ID != g.ID {
+		t.Fatalf("leases: %v %+v", err, ls)
+	}
+	if _, err := cli.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := cli.Get(ctx, "k"); r.Count != 0 {
+		t.Fatalf("key survived revoke: %+v", r)
+	}
+	if _, err := cli.Revoke(ctx, g.ID); err != rpctypes.ErrLeaseNotFound {
+		t.Fatalf("second revoke: %v", err)
+	}
+}
