@@ -38,8 +38,10 @@ type Effects struct {
 	// its revision is abandoned and the request dealt again.
 	Late bool
 	// Applied reports, for fence work, that the fenced revision was found
-	// applied in the engine.
+	// applied in the engine; for election work, that the CAS matched.
 	Applied bool
+	// Record is the election record after election work.
+	Record *ElectionRecord
 }
 
 // Evaluate runs a work item against a snapshot (the driver's engine
@@ -49,6 +51,8 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	switch w.Kind {
 	case WorkFence:
 		return evaluateFence(rd, w.Rev)
+	case WorkElect:
+		return evaluateElect(rd, w.Elect)
 	case WorkRequest:
 	default:
 		return nil, ErrEmptyRequest

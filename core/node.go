@@ -25,6 +25,10 @@ const (
 	WorkCompact
 	// WorkCatchUp reads events for a watcher behind the ring.
 	WorkCatchUp
+	// WorkElect compares-and-swaps the election record (Member).
+	WorkElect
+	// WorkRecover reads the State a new leader starts from (Recover).
+	WorkRecover
 )
 
 // Work is one engine transaction for the driver to run: begin a
@@ -37,6 +41,8 @@ type Work struct {
 	Request *pb.RequestOp
 	// Lease is set instead of Request for a lease grant or revoke.
 	Lease *LeaseOp
+	// Elect is the election CAS of WorkElect.
+	Elect *ElectOp
 	// Serial work was held until every earlier revision was final.
 	Serial bool
 	// Committed and Compacted as of dealing, for reads at a revision.
@@ -83,6 +89,9 @@ type Ready struct {
 	WatchResponses []WatchResponse
 	// Committed is the commit point C after these outputs.
 	Committed int64
+	// RoleChanged: the member became leader or stopped leading. On
+	// losing the lead, requests still waiting will not be answered.
+	RoleChanged bool
 }
 
 // Config tunes a node.
@@ -161,6 +170,8 @@ type Node struct {
 	watch     watchers
 	leases    leases
 	ready     Ready
+	// draining refuses new writes while leadership is handed over.
+	draining bool
 }
 
 // NewNode returns a node that continues from st.
@@ -208,6 +219,9 @@ func (n *Node) HasReady() bool {
 // revision. A request etcd would reject is answered at once.
 func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	err := n.validate(req)
+	if n.draining {
+		err = ErrNotLeader
+	}
 	if err == nil {
 		err = n.checkLeases(req)
 	}
@@ -349,6 +363,7 @@ func (n *Node) advance() {
 	if n.committed == start {
 		return
 	}
+	n.watch.caughtUp(n.committed)
 	n.watch.flush(&n.ready)
 	n.releaseHeld()
 }
@@ -433,6 +448,13 @@ func DescribeWork(w *Work) string {
 		return fmt.Sprintf("compact r%d req%d", w.Rev, w.ID)
 	case WorkCatchUp:
 		return fmt.Sprintf("catchup watch%d r%d..r%d", w.Watch, w.From, w.To)
+	case WorkElect:
+		if w.Elect.Observe {
+			return "elect observe"
+		}
+		return fmt.Sprintf("elect %s term=%d deadline=%v", w.Elect.Next.Holder, w.Elect.Next.Term, w.Elect.Next.Deadline)
+	case WorkRecover:
+		return "recover"
 	}
 	return "work ?"
 }

@@ -86,6 +86,16 @@ func (ws *watchers) publish(rev int64, events []Event) {
 	}
 }
 
+// caughtUp moves synced watchers past revisions that were no-ops, so
+// they count as synced to C (Progress depends on it).
+func (ws *watchers) caughtUp(committed int64) {
+	for _, w := range ws.list {
+		if !w.catching && w.next <= committed {
+			w.next = committed + 1
+		}
+	}
+}
+
 // flush moves pending responses with events into rd, in a stable order.
 // Watchers keep up with revisions that had nothing for them silently.
 func (ws *watchers) flush(rd *Ready) {

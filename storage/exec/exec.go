@@ -73,6 +73,16 @@ func Run(ctx context.Context, eng storage.Engine, w *core.Work) (*core.Effects, 
 	return eff, Outcome(txn.Commit(ctx))
 }
 
+// Recover reads the State a new leader starts from.
+func Recover(ctx context.Context, eng storage.Engine) (core.State, error) {
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return core.State{}, err
+	}
+	defer txn.Rollback()
+	return core.Recover(storage.NewReader(txn))
+}
+
 // CatchUp reads the events a catch-up work item asks for.
 func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) ([]core.Event, int64, error) {
 	txn, err := eng.Begin(ctx)

@@ -1,0 +1,393 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ElectionRecord is the leader lease stored in the engine (MetaLeader).
+// Deadline is on the holder's clock; every member's clock is within
+// MaxDrift of every other's.
+type ElectionRecord struct {
+	Holder   string
+	Addr     string
+	Term     int64
+	Deadline time.Duration
+	// Transfer: the previous leader drained and handed over; the holder
+	// may start at once instead of waiting the old lease out.
+	Transfer bool
+}
+
+var errRecoveryFailed = errors.New("core: recovery read failed")
+
+// MetaLeader names the election record.
+const MetaLeader = "leader"
+
+// ElectOp is a compare-and-swap of the election record. Observe only
+// reads it.
+type ElectOp struct {
+	Observe bool
+	// Expect is the record to replace (nil: none stored); compared on
+	// Holder and Term.
+	Expect *ElectionRecord
+	Next   ElectionRecord
+	reason electReason
+}
+
+type electReason uint8
+
+const (
+	electObserve electReason = iota
+	electCampaign
+	electRenew
+	electTransfer
+)
+
+// AppendElectionRecord encodes rec.
+func AppendElectionRecord(dst []byte, rec *ElectionRecord) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(rec.Holder)))
+	dst = append(dst, rec.Holder...)
+	dst = binary.AppendUvarint(dst, uint64(len(rec.Addr)))
+	dst = append(dst, rec.Addr...)
+	dst = binary.AppendUvarint(dst, uint64(rec.Term))
+	dst = binary.AppendVarint(dst, int64(rec.Deadline))
+	if rec.Transfer {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+// DecodeElectionRecord decodes an election record.
+func DecodeElectionRecord(b []byte) (*ElectionRecord, error) {
+	rec := &ElectionRecord{}
+	str := func() (string, bool) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return "", false
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s, true
+	}
+	var ok bool
+	if rec.Holder, ok = str(); !ok {
+		return nil, ErrBadRecord
+	}
+	if rec.Addr, ok = str(); !ok {
+		return nil, ErrBadRecord
+	}
+	term, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, ErrBadRecord
+	}
+	b = b[k:]
+	dl, k := binary.Varint(b)
+	if k <= 0 || len(b) != k+1 || b[k] > 1 {
+		return nil, ErrBadRecord
+	}
+	rec.Term, rec.Deadline, rec.Transfer = int64(term), time.Duration(dl), b[k] == 1
+	return rec, nil
+}
+
+func sameHolder(a, b *ElectionRecord) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Holder == b.Holder && a.Term == b.Term
+}
+
+// evaluateElect runs an election CAS against a snapshot.
+func evaluateElect(rd Reader, op *ElectOp) (*Effects, error) {
+	v, ok, err := rd.Get(MetaKey(MetaLeader))
+	if err != nil {
+		return nil, err
+	}
+	var cur *ElectionRecord
+	if ok {
+		if cur, err = DecodeElectionRecord(v); err != nil {
+			return nil, err
+		}
+	}
+	if op.Observe || !sameHolder(cur, op.Expect) {
+		return &Effects{Record: cur}, nil
+	}
+	next := op.Next
+	return &Effects{
+		Applied: true, Record: &next,
+		Writes: []Write{{Key: MetaKey(MetaLeader), Value: AppendElectionRecord(nil, &next)}},
+	}, nil
+}
+
+// MemberConfig sets one instance's identity and the leadership timing.
+// Safety rests on: clocks within MaxDrift of each other, and every engine
+// operation ending within EngineDeadline (DESIGN §9).
+type MemberConfig struct {
+	// ID names this incarnation: it must differ after a restart.
+	ID   string
+	Addr string
+	// Lease is how long a leader holds the record after writing it.
+	Lease time.Duration
+	// RenewEvery is how often a leader renews (well below Lease).
+	RenewEvery     time.Duration
+	MaxDrift       time.Duration
+	EngineDeadline time.Duration
+	Node           Config
+}
+
+func (c MemberConfig) withDefaults() MemberConfig {
+	if c.Lease <= 0 {
+		c.Lease = 3 * time.Second
+	}
+	if c.RenewEvery <= 0 {
+		c.RenewEvery = c.Lease / 3
+	}
+	if c.MaxDrift < 0 {
+		c.MaxDrift = 0
+	}
+	if c.EngineDeadline <= 0 {
+		c.EngineDeadline = 2 * time.Second
+	}
+	return c
+}
+
+// Role is a member's part in the cluster.
+type Role uint8
+
+const (
+	Follower Role = iota + 1
+	Recovering
+	Leader
+)
+
+func (r Role) String() string {
+	switch r {
+	case Follower:
+		return "follower"
+	case Recovering:
+		return "recovering"
+	case Leader:
+		return "leader"
+	}
+	return "role?"
+}
+
+// Member is one Axon instance's state machine: leadership by the engine's
+// election record, and a Node while it leads. Losing leadership is a
+// state change: the Node goes, the Member stays.
+type Member struct {
+	cfg        MemberConfig
+	now        time.Duration
+	role       Role
+	record     *ElectionRecord // last seen; nil: none or unknown
+	known      bool            // record was read at least once
+	electing   bool
+	recovering bool
+	lastRenew  time.Duration
+	leaseEnd   time.Duration
+	term       int64
+	transferTo *ElectionRecord // successor while transferring
+	node       *Node
+	ready      Ready
+}
+
+// NewMember returns a follower that has not read the record yet.
+func NewMember(cfg MemberConfig) *Member {
+	return &Member{cfg: cfg.withDefaults(), role: Follower}
+}
+
+// Role returns the member's role.
+func (m *Member) Role() Role { return m.role }
+
+// Node returns the leader's node, or nil when not leading.
+func (m *Member) Node() *Node {
+	if m.role != Leader {
+		return nil
+	}
+	return m.node
+}
+
+// Term returns the term the member leads in (0 if it never led).
+func (m *Member) Term() int64 { return m.term }
+
+// Leader returns the record of the leader the member believes in, if
+// that lease has not run out on the member's clock.
+func (m *Member) Leader() (ElectionRecord, bool) {
+	if m.record == nil || m.now > m.record.Deadline+m.cfg.MaxDrift {
+		return ElectionRecord{}, false
+	}
+	return *m.record, true
+}
+
+// Ready collects the member's and its node's outputs.
+func (m *Member) Ready() Ready {
+	rd := m.ready
+	m.ready = Ready{}
+	if m.node != nil {
+		nr := m.node.Ready()
+		rd.Work = append(rd.Work, nr.Work...)
+		rd.Responses = append(rd.Responses, nr.Responses...)
+		rd.WatchResponses = append(rd.WatchResponses, nr.WatchResponses...)
+		rd.Committed = nr.Committed
+	}
+	return rd
+}
+
+func (m *Member) elect(op *ElectOp) {
+	m.electing = true
+	m.ready.Work = append(m.ready.Work, &Work{Kind: WorkElect, Elect: op})
+}
+
+// Tick advances the member's clock: a leader renews or steps down, a
+// follower campaigns once the recorded lease is over for sure.
+func (m *Member) Tick(now time.Duration) {
+	m.now = now
+	switch m.role {
+	case Leader:
+		if now >= m.leaseEnd-m.cfg.MaxDrift {
+			m.stepDown("lease ran out")
+			return
+		}
+		m.node.Tick(now)
+		if m.electing {
+			return
+		}
+		if m.transferTo != nil {
+			if m.node.InFlight() == 0 {
+				next := *m.transferTo
+				next.Term, next.Transfer = m.term+1, true
+				next.Deadline = now + m.cfg.Lease
+				m.elect(&ElectOp{Expect: m.record, Next: next, reason: electTransfer})
+			}
+			return
+		}
+		if now >= m.lastRenew+m.cfg.RenewEvery {
+			m.lastRenew = now
+			m.elect(&ElectOp{Expect: m.record, Next: ElectionRecord{Holder: m.cfg.ID, Addr: m.cfg.Addr, Term: m.term, Deadline: now + m.cfg.Lease}, reason: electRenew})
+		}
+	case Recovering:
+		if now >= m.leaseEnd-m.cfg.MaxDrift {
+			m.stepDown("lease ran out while recovering")
+		}
+	case Follower:
+		if m.electing {
+			return
+		}
+		switch r := m.record; {
+		case !m.known:
+			m.elect(&ElectOp{Observe: true})
+		case r != nil && r.Holder == m.cfg.ID && r.Transfer:
+			m.startRecovery(r)
+		case r == nil || now > r.Deadline+m.cfg.EngineDeadline+m.cfg.MaxDrift:
+			var term int64
+			if r != nil {
+				term = r.Term
+			}
+			m.elect(&ElectOp{Expect: r, Next: ElectionRecord{Holder: m.cfg.ID, Addr: m.cfg.Addr, Term: term + 1, Deadline: now + m.cfg.Lease}, reason: electCampaign})
+		}
+	}
+}
+
+// Refresh asks the member to read the election record again (e.g. when a
+// request forwarded to the believed leader was refused).
+func (m *Member) Refresh() {
+	if m.role == Follower && !m.electing {
+		m.elect(&ElectOp{Observe: true})
+	}
+}
+
+// Transfer hands leadership to another member once in-flight revisions
+// drain; new writes are refused meanwhile. The successor starts without
+// waiting the lease out.
+func (m *Member) Transfer(to, addr string) error {
+	if m.role != Leader {
+		return ErrNotLeader
+	}
+	m.transferTo = &ElectionRecord{Holder: to, Addr: addr}
+	m.node.draining = true
+	return nil
+}
+
+func (m *Member) stepDown(why string) {
+	_ = why
+	m.role = Follower
+	m.node = nil
+	m.transferTo = nil
+	m.recovering = false
+	m.ready.RoleChanged = true
+}
+
+func (m *Member) startRecovery(r *ElectionRecord) {
+	m.role = Recovering
+	m.term = r.Term
+	m.leaseEnd = r.Deadline
+	m.lastRenew = m.now
+	m.ready.Work = append(m.ready.Work, &Work{Kind: WorkRecover})
+}
+
+// Report tells the member how its or its node's work ended.
+func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
+	if w.Kind == WorkRecover {
+		// Only a failed recovery read is reported; retry it.
+		m.Recovered(State{}, errRecoveryFailed)
+		return
+	}
+	if w.Kind != WorkElect {
+		if m.node != nil {
+			m.node.Report(w, eff, out)
+		}
+		return
+	}
+	m.electing = false
+	op := w.Elect
+	if out != Committed || eff == nil {
+		if op.reason == electCampaign || op.reason == electTransfer {
+			m.known = false // the write may have landed: read again
+		}
+		return
+	}
+	m.known = true
+	m.record = eff.Record
+	switch {
+	case !eff.Applied:
+		if m.role == Leader || m.role == Recovering {
+			m.stepDown("record taken")
+		}
+	case op.reason == electCampaign:
+		m.startRecovery(eff.Record)
+	case op.reason == electRenew:
+		m.leaseEnd = op.Next.Deadline
+	case op.reason == electTransfer:
+		m.stepDown("transferred")
+	}
+}
+
+// Recovered hands the member the State its recovery work read. err
+// retries the read.
+func (m *Member) Recovered(st State, err error) {
+	if m.role != Recovering {
+		return
+	}
+	if err != nil {
+		m.ready.Work = append(m.ready.Work, &Work{Kind: WorkRecover})
+		return
+	}
+	if m.now >= m.leaseEnd-m.cfg.MaxDrift {
+		m.stepDown("lease ran out while recovering")
+		return
+	}
+	m.node = NewNode(m.cfg.Node, st)
+	m.node.Tick(m.now)
+	m.role = Leader
+	m.ready.RoleChanged = true
+}
+
+// DescribeMember renders the member's state on one line.
+func DescribeMember(m *Member) string {
+	s := fmt.Sprintf("%s %s term=%d", m.cfg.ID, m.role, m.term)
+	if m.node != nil {
+		s += fmt.Sprintf(" C=%d inflight=%d", m.node.Committed(), m.node.InFlight())
+	}
+	return s
+}

@@ -1,0 +1,432 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/axon-kv/axon/core"
+)
+
+type opKind uint8
+
+const (
+	opWrite opKind = iota + 1 // Put, DeleteRange or Txn
+	opRange
+	opGrant
+	opRevoke
+	opKeepAlive
+	opCompact
+)
+
+// input is what a client asked.
+type input struct {
+	kind  opKind
+	write *pb.RequestOp
+	rng   *pb.RangeRequest
+	ttl   int64
+	lease int64
+	rev   int64
+}
+
+type callStatus uint8
+
+const (
+	pending callStatus = iota
+	answered            // the client got an answer (possibly an etcd error)
+	failed              // definitely not applied (never proposed)
+	unknown             // timed out: may or may not have applied
+)
+
+// call is one client operation, recorded for the checks.
+type call struct {
+	id         int
+	client     *client
+	in         input
+	start, end time.Duration
+	done       bool
+	status     callStatus
+	resp       *pb.ResponseOp
+	rev        int64
+	lease      leaseReply
+	err        error
+	attempts   []attempt // engine commits that may have applied it
+}
+
+// attempt is one revision a call was committed at (maybe uncertainly).
+type attempt struct {
+	rev int64
+	eff *core.Effects
+}
+
+type clientKind uint8
+
+const (
+	kubeClient clientKind = iota
+	etcdClient
+)
+
+// client issues one operation at a time, Kubernetes- or etcd-like.
+type client struct {
+	w       *World
+	idx     int
+	kind    clientKind
+	cur     *call
+	modRevs map[string]int64 // last mod revision seen per key (CAS)
+	leases  []int64
+	watch   *clientWatch
+	watches []*clientWatch
+	list    *listState
+	watcher bool
+	final   bool // the post-heal liveness operation is out
+}
+
+type listState struct {
+	rev  int64
+	next []byte
+}
+
+// clientWatch is one watch stream as the client saw it.
+type clientWatch struct {
+	spec      watchSpec
+	node      *node
+	nodeEpoch int
+	id        core.WatchID
+	got       []core.WatchResponse
+	lastRev   int64
+	created   bool
+	ended     bool
+}
+
+type watchSpec struct {
+	Key, End        []byte
+	StartRev        int64
+	PrevKV, NoDelete bool
+}
+
+func (c *client) keyspace() []string {
+	if c.kind == kubeClient {
+		return []string{"/registry/pods/a", "/registry/pods/b", "/registry/pods/c", "/registry/pods/d"}
+	}
+	return []string{"/e/a", "/e/b", "/e/c", "/registry/pods/a"}
+}
+
+func (c *client) pickKey() string {
+	ks := c.keyspace()
+	return ks[c.w.rng.IntN(len(ks))]
+}
+
+func (c *client) value() []byte {
+	return []byte(fmt.Sprintf("c%d-%d", c.idx, c.w.rng.IntN(1000)))
+}
+
+func putOp(k string, v []byte, lease int64) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: v, Lease: lease}}}
+}
+
+func getOp(k string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(k)}}}
+}
+
+func modCompare(k string, rev int64) *pb.Compare {
+	return &pb.Compare{Key: []byte(k), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: rev}}
+}
+
+// next draws the client's next operation.
+func (c *client) next() input {
+	w := c.w
+	if c.list != nil {
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: c.list.next, RangeEnd: []byte("/registry/pods0"), Limit: 2, Revision: c.list.rev}}
+	}
+	if c.kind == kubeClient {
+		k := c.pickKey()
+		switch w.rng.IntN(6) {
+		case 0: // create
+			return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+				Compare: []*pb.Compare{modCompare(k, 0)}, Success: []*pb.RequestOp{putOp(k, c.value(), 0)}, Failure: []*pb.RequestOp{getOp(k)}}}}}
+		case 1, 2: // guaranteed update
+			return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+				Compare: []*pb.Compare{modCompare(k, c.modRevs[k])}, Success: []*pb.RequestOp{putOp(k, c.value(), 0)}, Failure: []*pb.RequestOp{getOp(k)}}}}}
+		case 3: // conditional delete
+			del := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k)}}}
+			return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+				Compare: []*pb.Compare{modCompare(k, c.modRevs[k])}, Success: []*pb.RequestOp{del}, Failure: []*pb.RequestOp{getOp(k)}}}}}
+		case 4:
+			return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(k)}}
+		default: // paginated list: first page
+			c.list = &listState{next: []byte("/registry/pods/")}
+			return input{kind: opRange, rng: &pb.RangeRequest{Key: c.list.next, RangeEnd: []byte("/registry/pods0"), Limit: 2}}
+		}
+	}
+	switch w.rng.IntN(10) {
+	case 0, 1, 2:
+		var lease int64
+		if len(c.leases) > 0 && w.chance(0.3) {
+			lease = c.leases[w.rng.IntN(len(c.leases))]
+		}
+		return input{kind: opWrite, write: putOp(c.pickKey(), c.value(), lease)}
+	case 3:
+		k := c.pickKey()
+		d := &pb.DeleteRangeRequest{Key: []byte(k), PrevKv: true}
+		if w.chance(0.3) {
+			d = &pb.DeleteRangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0"), PrevKv: true}
+		}
+		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: d}}}
+	case 4: // multi-key txn with a value compare
+		a, b := c.pickKey(), c.pickKey()
+		then := []*pb.RequestOp{putOp(a, c.value(), 0)}
+		if b != a {
+			then = append(then, putOp(b, c.value(), 0))
+		}
+		cmp := &pb.Compare{Key: []byte(a), Target: pb.Compare_VERSION, Result: pb.Compare_LESS, TargetUnion: &pb.Compare_Version{Version: int64(w.rng.IntN(4))}}
+		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Compare: []*pb.Compare{cmp}, Success: then, Failure: []*pb.RequestOp{getOp(a), getOp(b)}}}}}
+	case 5:
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0")}}
+	case 6:
+		return input{kind: opGrant, ttl: int64(2 + w.rng.IntN(4))}
+	case 7:
+		if len(c.leases) > 0 {
+			return input{kind: opKeepAlive, lease: c.leases[w.rng.IntN(len(c.leases))]}
+		}
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(c.pickKey())}}
+	case 8:
+		if len(c.leases) > 0 && w.chance(0.5) {
+			i := w.rng.IntN(len(c.leases))
+			l := c.leases[i]
+			c.leases = append(c.leases[:i], c.leases[i+1:]...)
+			return input{kind: opRevoke, lease: l}
+		}
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(c.pickKey())}}
+	}
+	return input{kind: opCompact, rev: -1} // revision chosen at send time
+}
+
+func (c *client) targetNode() *node {
+	return c.w.nodes[c.w.rng.IntN(len(c.w.nodes))]
+}
+
+// issue starts the client's next operation, if the budget allows.
+func (c *client) issue() {
+	w := c.w
+	if w.stopped || c.cur != nil {
+		return
+	}
+	if w.hist.issued >= w.cfg.Ops && !w.healed {
+		return
+	}
+	if w.healed {
+		if c.final {
+			return
+		}
+		c.final = true
+		k := fmt.Sprintf("/final/c%d", c.idx)
+		c.send(input{kind: opWrite, write: putOp(k, []byte("done"), 0)})
+		return
+	}
+	in := c.next()
+	if in.kind == opCompact {
+		in.rev = max(1, w.hist.maxSeenRev-int64(w.rng.IntN(20)))
+	}
+	c.send(in)
+}
+
+func (c *client) send(in input) {
+	w := c.w
+	cl := w.hist.add(c, in, w.now)
+	c.cur = cl
+	n := c.targetNode()
+	w.sendToNode(c, n, "request", func() { n.handle(cl, 0) })
+	w.after(clientTimeout, "timeout", func() {
+		if !cl.done {
+			cl.done, cl.status, cl.end = true, unknown, w.now
+			w.note("c%d op%d timed out", c.idx, cl.id)
+			c.cur = nil
+			c.think()
+		}
+	})
+}
+
+func (c *client) think() {
+	c.w.after(c.w.between(0, 20*time.Millisecond), "think", c.issue)
+}
+
+// answered records a call's reply.
+func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int64, err error) {
+	w := c.w
+	if cl.done {
+		return
+	}
+	cl.done, cl.end, cl.resp, cl.rev, cl.lease, cl.err = true, w.now, resp, rev, lr, err
+	switch err {
+	case core.ErrNoLeader, core.ErrNotLeader, core.ErrRetriesExhausted:
+		cl.status = failed
+	default:
+		cl.status = answered
+		if err != nil && cl.in.kind == opRange && !isEtcdError(err) {
+			cl.status = failed // the engine failed the read
+		}
+	}
+	w.note("c%d op%d answered r%d err=%v", c.idx, cl.id, rev, err)
+	if rev > w.hist.maxSeenRev {
+		w.hist.maxSeenRev = rev
+	}
+	c.learn(cl)
+	c.cur = nil
+	c.think()
+}
+
+func isEtcdError(err error) bool {
+	return err == core.ErrCompacted || err == core.ErrFutureRev || err == core.ErrLeaseNotFound || err == core.ErrKeyNotFound
+}
+
+// learn keeps what later operations need: mod revisions, leases, pages.
+func (c *client) learn(cl *call) {
+	if cl.status != answered || cl.err != nil {
+		if cl.in.kind == opRange {
+			c.list = nil
+		}
+		return
+	}
+	switch cl.in.kind {
+	case opGrant:
+		c.leases = append(c.leases, cl.lease.id)
+	case opRange:
+		r := cl.resp.GetResponseRange()
+		for _, kv := range r.Kvs {
+			c.modRevs[string(kv.Key)] = kv.ModRevision
+		}
+		if c.list != nil {
+			if r.More && len(r.Kvs) > 0 {
+				if c.list.rev == 0 {
+					c.list.rev = r.Header.Revision
+				}
+				c.list.next = append([]byte(string(r.Kvs[len(r.Kvs)-1].Key)), 0)
+			} else {
+				if c.watcher && c.watch == nil {
+					c.startWatch(r.Header.Revision + 1)
+				}
+				c.list = nil
+			}
+		} else if c.watcher && c.watch == nil && cl.in.rng.RangeEnd != nil {
+			c.startWatch(r.Header.Revision + 1)
+		}
+	case opWrite:
+		c.learnTxn(cl.in.write, cl.resp)
+	}
+}
+
+func (c *client) learnTxn(req *pb.RequestOp, resp *pb.ResponseOp) {
+	t := resp.GetResponseTxn()
+	if t == nil {
+		return
+	}
+	treq := req.GetRequestTxn()
+	ops := treq.Success
+	if !t.Succeeded {
+		ops = treq.Failure
+	}
+	for i, r := range t.Responses {
+		if i >= len(ops) {
+			break
+		}
+		switch {
+		case r.GetResponsePut() != nil:
+			c.modRevs[string(ops[i].GetRequestPut().Key)] = r.GetResponsePut().Header.Revision
+		case r.GetResponseRange() != nil:
+			k := string(ops[i].GetRequestRange().Key)
+			c.modRevs[k] = 0
+			for _, kv := range r.GetResponseRange().Kvs {
+				c.modRevs[k] = kv.ModRevision
+			}
+		case r.GetResponseDeleteRange() != nil:
+			c.modRevs[string(ops[i].GetRequestDeleteRange().Key)] = 0
+		}
+	}
+}
+
+// startWatch opens a prefix watch from rev, on any node.
+func (c *client) startWatch(rev int64) {
+	spec := watchSpec{Key: []byte("/registry/pods/"), End: []byte("/registry/pods0"), StartRev: rev, PrevKV: c.w.chance(0.7)}
+	if c.kind == etcdClient {
+		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
+	}
+	cw := &clientWatch{spec: spec, lastRev: rev - 1}
+	c.watch = cw
+	c.watches = append(c.watches, cw)
+	n := c.targetNode()
+	c.w.note("c%d watch from r%d via %s", c.idx, rev, n.name)
+	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw, 0) })
+	c.w.after(clientTimeout, "watch-timeout", func() {
+		if !cw.created && !cw.ended {
+			c.watchBroken(cw)
+		}
+	})
+}
+
+func (c *client) watchCreated(cw *clientWatch) {
+	if cw.ended {
+		return
+	}
+	cw.created = true
+	c.progressLoop(cw)
+}
+
+// progressLoop asks for progress now and then, like the apiserver.
+func (c *client) progressLoop(cw *clientWatch) {
+	c.w.after(c.w.between(200*time.Millisecond, time.Second), "progress", func() {
+		if cw.ended || cw.node == nil || c.w.stopped {
+			return
+		}
+		n, id, epoch := cw.node, cw.id, cw.nodeEpoch
+		c.w.sendToNode(c, n, "progress", func() {
+			if n.epoch == epoch {
+				n.requestProgress(id, 0)
+			}
+		})
+		c.progressLoop(cw)
+	})
+}
+
+func (c *client) watchResponse(cw *clientWatch, wr core.WatchResponse) {
+	if cw.ended {
+		return
+	}
+	cw.got = append(cw.got, wr)
+	if wr.Canceled {
+		c.watchBroken(cw)
+		return
+	}
+	for _, ev := range wr.Events {
+		if ev.Kv.ModRevision > cw.lastRev {
+			cw.lastRev = ev.Kv.ModRevision
+		}
+	}
+	if wr.Revision > cw.lastRev {
+		cw.lastRev = wr.Revision
+	}
+}
+
+// watchBroken ends a stream; the client resumes from what it has seen.
+func (c *client) watchBroken(cw *clientWatch) {
+	if cw.ended {
+		return
+	}
+	cw.ended = true
+	c.w.note("c%d watch ended at r%d", c.idx, cw.lastRev)
+	if c.watch == cw {
+		c.watch = nil
+		compacted := len(cw.got) > 0 && cw.got[len(cw.got)-1].CompactRevision > 0
+		if !c.w.stopped && !compacted {
+			c.w.after(c.w.between(10*time.Millisecond, 200*time.Millisecond), "rewatch", func() {
+				if c.watch == nil && !c.w.stopped {
+					c.startWatch(cw.lastRev + 1)
+				}
+			})
+		}
+	}
+}
+
+var _ = mvccpb.PUT

@@ -1,0 +1,113 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/axon-kv/axon/core"
+)
+
+// send delivers fn as a message from node a to node b: delayed, maybe
+// lost, never across a partition.
+func (w *World) send(a, b *node, what string, fn func()) {
+	if a.isolated || b.isolated || w.chance(w.plan.NetDrop) {
+		w.note("drop %s %s->%s", what, a.name, b.name)
+		return
+	}
+	epoch := b.epoch
+	b.on(w.between(0, w.plan.NetDelay), what, func() {
+		if b.epoch == epoch {
+			fn()
+		}
+	})
+}
+
+// sendToClient delivers a node's answer to a client.
+func (w *World) sendToClient(a *node, c *client, what string, fn func()) {
+	if a.isolated || w.chance(w.plan.NetDrop) {
+		w.note("drop %s %s->c%d", what, a.name, c.idx)
+		return
+	}
+	w.after(w.between(0, w.plan.NetDelay), what, fn)
+}
+
+// sendToNode delivers a client's request to a node.
+func (w *World) sendToNode(c *client, b *node, what string, fn func()) {
+	if b.isolated || w.chance(w.plan.NetDrop) {
+		w.note("drop %s c%d->%s", what, c.idx, b.name)
+		return
+	}
+	b.on(w.between(0, w.plan.NetDelay), what, fn)
+}
+
+// streamDelay keeps a watch stream FIFO: a message never overtakes the
+// previous one.
+func (w *World) streamDelay(sub *watchSub) time.Duration {
+	at := max(sub.lastAt, w.now+w.between(0, w.plan.NetDelay))
+	sub.lastAt = at
+	return at - w.now
+}
+
+// createWatch registers a client's watch on the leader's node.
+func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
+	nd := n.member.Node()
+	if nd == nil {
+		l := n.leader()
+		if l == nil || l == n || hops >= 2 || n.isolated {
+			n.member.Refresh()
+			n.process()
+			n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) })
+			return
+		}
+		n.w.send(n, l, "forward-watch", func() { l.createWatch(c, cw, hops+1) })
+		return
+	}
+	n.nextWatch++
+	id := n.nextWatch
+	sub := &watchSub{c: c, cw: cw, lastAt: n.w.now}
+	n.subs[id] = sub
+	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, id
+	if err := nd.AddWatch(core.Watch{ID: id, Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete}); err != nil {
+		delete(n.subs, id)
+		n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) })
+		return
+	}
+	n.w.after(n.w.streamDelay(sub), "watch-created", func() { c.watchCreated(cw) })
+	n.process()
+}
+
+// deliverWatch sends a node watch response down its stream.
+func (n *node) deliverWatch(wr core.WatchResponse) {
+	sub := n.subs[wr.ID]
+	if sub == nil {
+		return
+	}
+	if n.isolated {
+		delete(n.subs, wr.ID)
+		n.member.Node().CancelWatch(wr.ID)
+		n.w.after(0, "watch-broken", func() { sub.c.watchBroken(sub.cw) })
+		return
+	}
+	if wr.Canceled {
+		delete(n.subs, wr.ID)
+	}
+	n.w.after(n.w.streamDelay(sub), "watch-event", func() { sub.c.watchResponse(sub.cw, wr) })
+}
+
+// requestProgress answers a client's progress request once its watch is
+// synced, in stream order.
+func (n *node) requestProgress(id core.WatchID, tries int) {
+	sub := n.subs[id]
+	nd := n.member.Node()
+	if sub == nil || nd == nil {
+		return
+	}
+	if rev, ok := nd.Progress(id); ok {
+		n.w.after(n.w.streamDelay(sub), "watch-progress", func() {
+			sub.c.watchResponse(sub.cw, core.WatchResponse{ID: id, Progress: true, Revision: rev})
+		})
+		return
+	}
+	if tries < 20 {
+		n.on(tickEvery, "progress-retry", func() { n.requestProgress(id, tries+1) })
+	}
+}

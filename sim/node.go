@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// node is one simulated Axon instance: a core.Member driven in virtual
+// time, with a clock of its own, that a crash wipes.
+type node struct {
+	w           *World
+	idx         int
+	name        string
+	incarnation int
+	member      *core.Member
+	offset      time.Duration // clock offset from true virtual time
+	up          bool
+	pausedUntil time.Duration
+	isolated    bool
+	epoch       int // bumped by a crash: stale callbacks are dropped
+	nextID      core.RequestID
+	waiters     map[core.RequestID]*call
+	calls       map[core.RequestID]*call // every call proposed here, for ground truth
+	nextWatch   core.WatchID
+	subs        map[core.WatchID]*watchSub
+}
+
+// watchSub is a client watch served by this node while it leads.
+type watchSub struct {
+	c      *client
+	cw     *clientWatch
+	lastAt time.Duration // delivery time of the last message (FIFO stream)
+}
+
+func newNode(w *World, idx int) *node {
+	n := &node{w: w, idx: idx, name: fmt.Sprintf("n%d", idx)}
+	n.start()
+	return n
+}
+
+func (n *node) id() string { return fmt.Sprintf("%s.%d", n.name, n.incarnation) }
+
+// clock is the node's wall clock: true time plus its offset.
+func (n *node) clock() time.Duration { return n.w.now + n.offset }
+
+func (n *node) start() {
+	n.incarnation++
+	n.up = true
+	n.epoch++
+	n.waiters = map[core.RequestID]*call{}
+	n.calls = map[core.RequestID]*call{}
+	n.subs = map[core.WatchID]*watchSub{}
+	n.member = core.NewMember(core.MemberConfig{
+		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
+		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
+		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64},
+	})
+	n.w.note("%s start", n.id())
+	n.tick()
+}
+
+// crash loses everything in memory; in-flight engine work is abandoned.
+func (n *node) crash() {
+	n.w.note("%s crash", n.id())
+	n.up = false
+	n.epoch++
+	for _, sub := range n.subs {
+		sub.c.watchBroken(sub.cw)
+	}
+	n.subs = nil
+	n.waiters = nil
+}
+
+// on schedules fn on this node: dropped if the node crashed meanwhile,
+// postponed while it is paused.
+func (n *node) on(d time.Duration, what string, fn func()) {
+	epoch := n.epoch
+	var run func()
+	run = func() {
+		if n.epoch != epoch || !n.up {
+			return
+		}
+		if n.w.now < n.pausedUntil {
+			n.w.after(n.pausedUntil-n.w.now, what, run)
+			return
+		}
+		fn()
+	}
+	n.w.after(d, what, run)
+}
+
+func (n *node) tick() {
+	n.on(tickEvery, "tick", func() {
+		n.member.Tick(n.clock())
+		n.process()
+		n.tick()
+	})
+}
+
+// process acts on everything the member asks for.
+func (n *node) process() {
+	if nd := n.member.Node(); nd != nil {
+		if err := nd.Invariants(); err != nil && n.w.violation == nil {
+			n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+		}
+	}
+	rd := n.member.Ready()
+	for _, wk := range rd.Work {
+		n.runWork(wk)
+	}
+	for _, r := range rd.Responses {
+		if c := n.waiters[r.ID]; c != nil {
+			delete(n.waiters, r.ID)
+			n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
+		}
+	}
+	for _, wr := range rd.WatchResponses {
+		n.deliverWatch(wr)
+	}
+	if rd.RoleChanged {
+		n.w.note("%s role %s term=%d", n.id(), n.member.Role(), n.member.Term())
+		if n.member.Role() != core.Leader {
+			n.waiters = map[core.RequestID]*call{}
+			for id, sub := range n.subs {
+				delete(n.subs, id)
+				sub.c.watchBroken(sub.cw)
+			}
+		}
+	}
+}
+
+func (n *node) latency() time.Duration { return n.w.between(0, n.w.plan.EngineLatency) }
+
+// runWork executes one work item: begin, evaluate and buffer writes now
+// (the snapshot), commit after the engine's latency, report after the
+// commit's. A commit later than half the engine deadline after begin is
+// refused: the deadline is what makes leader changes safe.
+func (n *node) runWork(wk *core.Work) {
+	ctx := context.Background()
+	began := n.clock()
+	txn, err := n.w.eng.Begin(ctx)
+	if err != nil {
+		n.on(n.latency(), "work failed", func() { n.finish(wk, nil, core.NotApplied, err) })
+		return
+	}
+	mtx := txn.(*memkv.Txn)
+	switch wk.Kind {
+	case core.WorkCatchUp:
+		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
+		txn.Rollback()
+		n.on(mtx.Delay(), "catchup", func() {
+			if nd := n.member.Node(); nd != nil {
+				nd.CatchUpDone(wk, evs, last, err)
+				n.process()
+			}
+		})
+		return
+	case core.WorkRecover:
+		st, err := core.Recover(storage.NewReader(txn))
+		txn.Rollback()
+		n.on(mtx.Delay(), "recovered", func() {
+			n.member.Recovered(st, err)
+			n.process()
+		})
+		return
+	}
+	eff, err := exec.Apply(txn, wk)
+	if err != nil || eff.Late || len(eff.Writes) == 0 {
+		txn.Rollback()
+		out := core.Committed
+		if err != nil || eff.Late {
+			out = core.NotApplied
+		}
+		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
+		return
+	}
+	n.on(mtx.Delay(), "commit", func() {
+		if n.clock()-began > engineDeadline/2 {
+			txn.Rollback()
+			n.finish(wk, eff, core.NotApplied, fmt.Errorf("engine deadline passed"))
+			return
+		}
+		before := mtx.Delay()
+		err := txn.Commit(ctx)
+		out := exec.Outcome(err)
+		if wk.Kind == core.WorkRequest && out != core.NotApplied {
+			if c := n.calls[wk.ID]; c != nil {
+				c.attempts = append(c.attempts, attempt{rev: wk.Rev, eff: eff})
+			}
+		}
+		n.on(mtx.Delay()-before, "committed", func() { n.finish(wk, eff, out, err) })
+	})
+}
+
+func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
+	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkFence {
+		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), outcomeName(out), errText(err))
+	}
+	n.member.Report(wk, eff, out)
+	n.process()
+}
+
+func outcomeName(o core.Outcome) string {
+	switch o {
+	case core.Committed:
+		return "committed"
+	case core.NotApplied:
+		return "not-applied"
+	case core.Uncertain:
+		return "uncertain"
+	}
+	return "?"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// leader returns the node this one believes leads, if any.
+func (n *node) leader() *node {
+	rec, ok := n.member.Leader()
+	if !ok {
+		return nil
+	}
+	for _, o := range n.w.nodes {
+		if o.id() == rec.Holder {
+			return o
+		}
+	}
+	return nil
+}
+
+// handle serves a client call that reached this node (hops counts
+// forwards, to stop loops between nodes with stale views).
+func (n *node) handle(c *call, hops int) {
+	if c.done {
+		return
+	}
+	nd := n.member.Node()
+	if nd == nil {
+		l := n.leader()
+		if l == nil || l == n || hops >= 2 {
+			n.member.Refresh()
+			n.process()
+			n.reply(c, nil, leaseReply{}, 0, core.ErrNoLeader)
+			return
+		}
+		if c.in.kind == opRange {
+			n.readIndex(c, l)
+			return
+		}
+		n.w.send(n, l, "forward", func() { l.handle(c, hops+1) })
+		return
+	}
+	switch c.in.kind {
+	case opWrite:
+		n.propose(c, func(id core.RequestID) { nd.Propose(id, c.in.write) })
+	case opGrant:
+		n.propose(c, func(id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
+	case opRevoke:
+		n.propose(c, func(id core.RequestID) { nd.Revoke(id, c.in.lease) })
+	case opCompact:
+		n.propose(c, func(id core.RequestID) { nd.Compact(id, c.in.rev) })
+	case opKeepAlive:
+		ttl, err := nd.KeepAlive(c.in.lease, n.clock())
+		n.reply(c, nil, leaseReply{id: c.in.lease, ttl: ttl}, nd.Committed(), err)
+	case opRange:
+		n.read(c, nd.Committed(), nd.Compacted())
+	}
+}
+
+func (n *node) propose(c *call, submit func(core.RequestID)) {
+	n.nextID++
+	n.waiters[n.nextID] = c
+	n.calls[n.nextID] = c
+	submit(n.nextID)
+	n.process()
+}
+
+// readIndex learns C from the leader, then reads locally at C.
+func (n *node) readIndex(c *call, l *node) {
+	n.w.send(n, l, "readindex", func() {
+		nd := l.member.Node()
+		if nd == nil {
+			l.w.send(l, n, "readindex-refused", func() { n.reply(c, nil, leaseReply{}, 0, core.ErrNotLeader) })
+			return
+		}
+		rev, compacted := nd.Committed(), nd.Compacted()
+		l.w.send(l, n, "readindex-reply", func() { n.read(c, rev, compacted) })
+	})
+}
+
+// read serves a range at the commit point it learned.
+func (n *node) read(c *call, rev, compacted int64) {
+	txn, err := n.w.eng.Begin(context.Background())
+	if err != nil {
+		n.on(n.latency(), "read failed", func() { n.reply(c, nil, leaseReply{}, 0, err) })
+		return
+	}
+	resp, err := core.Range(storage.NewReader(txn), c.in.rng, rev, compacted)
+	txn.Rollback()
+	d := txn.(*memkv.Txn).Delay()
+	n.on(d, "read", func() {
+		var op *pb.ResponseOp
+		if resp != nil {
+			op = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: resp}}
+		}
+		n.reply(c, op, leaseReply{}, rev, err)
+	})
+}
+
+type leaseReply struct{ id, ttl int64 }
+
+// reply sends a call's answer back to its client.
+func (n *node) reply(c *call, resp *pb.ResponseOp, lr leaseReply, rev int64, err error) {
+	n.w.sendToClient(n, c.client, "reply", func() { c.client.answered(c, resp, lr, rev, err) })
+}

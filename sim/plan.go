@@ -1,0 +1,131 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// Config is one simulation run.
+type Config struct {
+	Seed    uint64
+	Nodes   int // default 3
+	Clients int // default 6
+	// Ops is how many client operations to issue before healing.
+	Ops int
+	// BreakDrift lets clocks drift far beyond the bound the leadership
+	// protocol assumes; the checks should then find anomalies.
+	BreakDrift bool
+	// Trace keeps a readable trace in the Result.
+	Trace bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Nodes <= 0 {
+		c.Nodes = 3
+	}
+	if c.Clients <= 0 {
+		c.Clients = 6
+	}
+	if c.Ops <= 0 {
+		c.Ops = 1000
+	}
+	return c
+}
+
+// Timing shared by every node: the safety assumptions of DESIGN §9.
+const (
+	leaseDuration  = 2 * time.Second
+	renewEvery     = 500 * time.Millisecond
+	maxDrift       = 100 * time.Millisecond
+	engineDeadline = 400 * time.Millisecond
+	tickEvery      = 50 * time.Millisecond
+	clientTimeout  = 3 * time.Second
+)
+
+// Plan is the swarm of faults one seed draws: which kinds and how often.
+type Plan struct {
+	Engine        memkv.Rates
+	EngineLatency time.Duration // upper bound of per-op engine latency
+	NetDelay      time.Duration // upper bound of one message's delay
+	NetDrop       float64       // client↔node and node↔node message loss
+	CrashEvery    time.Duration // mean time between node crashes (0: none)
+	PauseEvery    time.Duration
+	PartitionEvery time.Duration
+	TransferEvery time.Duration
+	ClockJumpEvery time.Duration
+	CompactEvery  time.Duration
+}
+
+// drawPlan picks the seed's fault mix: each kind is on with some
+// probability, at a rate of its own.
+func drawPlan(w *World) Plan {
+	on := func(p float64) bool { return w.chance(p) }
+	var p Plan
+	p.EngineLatency = w.between(time.Millisecond, 20*time.Millisecond)
+	p.NetDelay = w.between(time.Millisecond, 30*time.Millisecond)
+	if on(0.6) {
+		p.Engine.Error = w.rng.Float64() * 0.05
+		p.Engine.Unavailable = w.rng.Float64() * 0.03
+	}
+	if on(0.7) {
+		p.Engine.UncertainNotApplied = w.rng.Float64() * 0.04
+		p.Engine.UncertainApplied = w.rng.Float64() * 0.04
+		p.Engine.UncertainAppliedLater = w.rng.Float64() * 0.04
+	}
+	p.Engine.MinDelay = 0
+	p.Engine.MaxDelay = p.EngineLatency
+	// A delayed apply lands within the engine deadline (half of it for
+	// the apply, half for the commit call itself).
+	p.Engine.MaxApplyAfter = engineDeadline / 2
+	if on(0.5) {
+		p.NetDrop = w.rng.Float64() * 0.03
+	}
+	every := func(prob float64, lo, hi time.Duration) time.Duration {
+		if !on(prob) {
+			return 0
+		}
+		return w.between(lo, hi)
+	}
+	p.CrashEvery = every(0.5, 3*time.Second, 15*time.Second)
+	p.PauseEvery = every(0.4, 3*time.Second, 15*time.Second)
+	p.PartitionEvery = every(0.4, 3*time.Second, 15*time.Second)
+	p.TransferEvery = every(0.5, 2*time.Second, 10*time.Second)
+	p.ClockJumpEvery = every(0.5, 2*time.Second, 10*time.Second)
+	p.CompactEvery = every(0.6, 1*time.Second, 5*time.Second)
+	return p
+}
+
+// Result is one run's outcome.
+type Result struct {
+	Seed        uint64
+	VirtualTime time.Duration
+	Ops         int
+	Events      int
+	Faults      map[string]int
+	Err         error // nil: every check passed
+	Hash        uint64
+	Trace       []string
+	// History is the porcupine visualisation input of a failing run.
+	Visualize func(path string) error
+}
+
+// Line renders the result on one line.
+func (r Result) Line() string {
+	kinds := make([]string, 0, len(r.Faults))
+	total := 0
+	for k, n := range r.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	verdict := "ok"
+	if r.Err != nil {
+		verdict = "FAIL: " + r.Err.Error()
+	}
+	return fmt.Sprintf("seed=%d vtime=%v ops=%d events=%d faults=%d[%s] hash=%016x %s",
+		r.Seed, r.VirtualTime.Round(time.Millisecond), r.Ops, r.Events, total, strings.Join(kinds, ","), r.Hash, verdict)
+}

@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// Run simulates one seed and checks its history.
+func Run(cfg Config) Result {
+	cfg = cfg.withDefaults()
+	w := newWorld(cfg)
+	w.plan = drawPlan(w)
+	w.eng.SetInjector(memkv.NewRandomInjector(w.rng, w.plan.Engine))
+	for i := range cfg.Nodes {
+		n := newNode(w, i)
+		n.offset = w.between(-maxDrift/2, maxDrift/2)
+		w.nodes = append(w.nodes, n)
+	}
+	if cfg.BreakDrift {
+		// One node's clock runs far ahead: it believes leases expired
+		// long before they did.
+		w.nodes[cfg.Nodes-1].offset = 3 * leaseDuration
+	}
+	for i := range cfg.Clients {
+		c := &client{w: w, idx: i, kind: clientKind(i % 2), modRevs: map[string]int64{}, watcher: i < 4}
+		w.clients = append(w.clients, c)
+		w.after(w.between(0, 100*time.Millisecond), "start", c.issue)
+	}
+	w.scheduleFaults()
+	err := w.runPhases()
+	res := Result{Seed: cfg.Seed, VirtualTime: w.now, Ops: len(w.hist.calls), Faults: w.faults, Trace: w.trace}
+	if err == nil {
+		err = w.violation
+	}
+	if err == nil {
+		err = w.check(&res)
+	}
+	res.Err = err
+	res.Hash = w.hash.Sum64()
+	return res
+}
+
+// runPhases runs the faulty phase until the operation budget is spent,
+// then heals every fault and waits for liveness.
+func (w *World) runPhases() error {
+	const faultyLimit = 10 * time.Minute
+	for w.hist.issued < w.cfg.Ops || w.anyBusy() {
+		if w.hist.issued >= w.cfg.Ops && !w.anyBusy() {
+			break
+		}
+		if !w.step(faultyLimit) {
+			return fmt.Errorf("faulty phase stalled at %v with %d ops issued", w.now, w.hist.issued)
+		}
+	}
+	w.heal()
+	deadline := w.now + 30*time.Second
+	for !w.live() {
+		if !w.step(deadline) {
+			return fmt.Errorf("liveness: not every client finished within 30s after healing (%s)", w.describeNodes())
+		}
+	}
+	w.stopped = true
+	return nil
+}
+
+func (w *World) anyBusy() bool {
+	for _, c := range w.clients {
+		if c.cur != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// live reports whether every client's final write after healing got a
+// successful answer and every open watch has caught up to it.
+func (w *World) live() bool {
+	var final int64
+	for _, c := range w.clients {
+		if !c.final {
+			return false
+		}
+		cl := w.hist.calls[len(w.hist.calls)-1]
+		for _, x := range w.hist.calls {
+			if x.client == c {
+				cl = x
+			}
+		}
+		if !cl.done {
+			return false
+		}
+		if cl.status != answered || cl.err != nil {
+			// Retry the final write until it succeeds.
+			c.final = false
+			c.cur = nil
+			w.after(50*time.Millisecond, "final-retry", c.issue)
+			return false
+		}
+		final = max(final, cl.rev)
+	}
+	for _, c := range w.clients {
+		if c.watch != nil && (!c.watch.created || c.watch.lastRev < final) {
+			return false
+		}
+	}
+	return true
+}
+
+// heal ends every fault: nodes up, no partitions or pauses, engine
+// faults off, clocks back within bounds.
+func (w *World) heal() {
+	w.healed = true
+	w.note("heal")
+	w.eng.SetInjector(memkv.Static(memkv.Fault{}))
+	w.plan.NetDrop = 0
+	for _, n := range w.nodes {
+		n.isolated = false
+		n.pausedUntil = 0
+		if !n.up {
+			n.start()
+		}
+	}
+	for _, c := range w.clients {
+		if c.cur == nil {
+			w.after(0, "final", c.issue)
+		}
+	}
+}
+
+func (w *World) describeNodes() string {
+	s := ""
+	for _, n := range w.nodes {
+		s += fmt.Sprintf("[%s up=%v] ", core.DescribeMember(n.member), n.up)
+	}
+	return s
+}
+
+// scheduleFaults arms each fault kind of the plan.
+func (w *World) scheduleFaults() {
+	p := w.plan
+	w.repeat(p.CrashEvery, "crash", func() {
+		n := w.nodes[w.rng.IntN(len(w.nodes))]
+		if !n.up {
+			return
+		}
+		w.fault("crash", "%s", n.id())
+		n.crash()
+		w.after(w.between(100*time.Millisecond, 3*time.Second), "restart", func() {
+			if !n.up {
+				n.start()
+			}
+		})
+	})
+	w.repeat(p.PauseEvery, "pause", func() {
+		n := w.nodes[w.rng.IntN(len(w.nodes))]
+		d := w.between(100*time.Millisecond, 2*leaseDuration)
+		w.fault("pause", "%s for %v", n.id(), d)
+		n.pausedUntil = w.now + d
+	})
+	w.repeat(p.PartitionEvery, "partition", func() {
+		n := w.nodes[w.rng.IntN(len(w.nodes))]
+		d := w.between(200*time.Millisecond, 3*leaseDuration)
+		w.fault("partition", "%s for %v", n.name, d)
+		n.isolated = true
+		w.after(d, "unpartition", func() { n.isolated = false })
+	})
+	w.repeat(p.TransferEvery, "transfer", func() {
+		for _, n := range w.nodes {
+			if n.up && n.member.Role() == core.Leader {
+				to := w.nodes[(n.idx+1+w.rng.IntN(len(w.nodes)-1))%len(w.nodes)]
+				if to.up && n.member.Transfer(to.id(), to.name) == nil {
+					w.fault("transfer", "%s -> %s", n.id(), to.id())
+				}
+				return
+			}
+		}
+	})
+	w.repeat(p.ClockJumpEvery, "clock", func() {
+		n := w.nodes[w.rng.IntN(len(w.nodes))]
+		if w.cfg.BreakDrift && n.idx == len(w.nodes)-1 {
+			return
+		}
+		n.offset = w.between(-maxDrift/2, maxDrift/2)
+		w.fault("clock", "%s offset %v", n.name, n.offset)
+	})
+}
+
+// repeat runs fn at exponential-ish intervals of mean every until healed.
+func (w *World) repeat(every time.Duration, what string, fn func()) {
+	if every <= 0 {
+		return
+	}
+	var loop func()
+	loop = func() {
+		if w.healed {
+			return
+		}
+		fn()
+		w.after(w.between(every/2, every*3/2), what, loop)
+	}
+	w.after(w.between(every/2, every*3/2), what, loop)
+}
+
+// committedEvents reads the ground truth: every applied revision's
+// events, from the final engine state.
+func (w *World) committedEvents() ([]core.Event, error) {
+	txn, err := w.eng.Begin(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Rollback()
+	rd := storage.NewReader(txn)
+	st, err := core.Recover(rd)
+	if err != nil {
+		return nil, err
+	}
+	evs, _, err := core.ReadEvents(rd, 1, st.Committed, 0)
+	return evs, err
+}
+
+// appliedRevision reports whether revision rev is applied in the engine.
+func (w *World) appliedRevision(rev int64) (bool, error) {
+	txn, err := w.eng.Begin(context.Background())
+	if err != nil {
+		return false, err
+	}
+	defer txn.Rollback()
+	v, err := txn.Get(core.RevisionKey(rev))
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	rec, err := core.DecodeRevisionRecord(v)
+	return err == nil && !rec.Fenced, err
+}

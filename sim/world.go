@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math/rand/v2"
+	"time"
+
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// event is one scheduled step of the world.
+type event struct {
+	at   time.Duration
+	seq  uint64
+	what string
+	fn   func()
+}
+
+type eventHeap []*event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// World is one simulation: virtual time, one seeded PRNG from which every
+// choice flows, one memkv engine, the nodes and the clients.
+type World struct {
+	cfg     Config
+	plan    Plan
+	rng     *rand.Rand
+	now     time.Duration
+	events  eventHeap
+	seq     uint64
+	eng     *memkv.Engine
+	nodes   []*node
+	clients []*client
+	hash    hash.Hash64
+	trace   []string
+	hist    *history
+	faults  map[string]int
+	healed  bool
+	stopped bool
+	// violation is the first invariant broken inside a node.
+	violation error
+}
+
+func newWorld(cfg Config) *World {
+	w := &World{
+		cfg:    cfg,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		eng:    memkv.New(),
+		hash:   fnv.New64a(),
+		faults: map[string]int{},
+	}
+	w.hist = newHistory()
+	return w
+}
+
+// after schedules fn at now+d.
+func (w *World) after(d time.Duration, what string, fn func()) {
+	w.seq++
+	heap.Push(&w.events, &event{at: w.now + max(d, 0), seq: w.seq, what: what, fn: fn})
+}
+
+// note adds a line to the trace (and its hash).
+func (w *World) note(format string, args ...any) {
+	line := fmt.Sprintf("%12d %s", w.now, fmt.Sprintf(format, args...))
+	w.hash.Write([]byte(line))
+	w.hash.Write([]byte{'\n'})
+	if w.cfg.Trace {
+		w.trace = append(w.trace, line)
+	}
+}
+
+func (w *World) fault(kind string, format string, args ...any) {
+	w.faults[kind]++
+	w.note("fault %s: %s", kind, fmt.Sprintf(format, args...))
+}
+
+// step runs the next event; false when none is left or time is up.
+func (w *World) step(limit time.Duration) bool {
+	if len(w.events) == 0 {
+		return false
+	}
+	e := heap.Pop(&w.events).(*event)
+	if e.at > limit {
+		heap.Push(&w.events, e)
+		return false
+	}
+	w.now = e.at
+	w.eng.SetNow(w.now)
+	e.fn()
+	return true
+}
+
+// chance reports true with probability p.
+func (w *World) chance(p float64) bool { return p > 0 && w.rng.Float64() < p }
+
+// between draws a duration in [lo, hi].
+func (w *World) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)+1))
+}
