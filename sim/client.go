@@ -34,7 +34,7 @@ type input struct {
 type callStatus uint8
 
 const (
-	pending callStatus = iota
+	pending  callStatus = iota
 	answered            // the client got an answer (possibly an etcd error)
 	failed              // definitely not applied (never proposed)
 	unknown             // timed out: may or may not have applied
@@ -101,8 +101,8 @@ type clientWatch struct {
 }
 
 type watchSpec struct {
-	Key, End        []byte
-	StartRev        int64
+	Key, End         []byte
+	StartRev         int64
 	PrevKV, NoDelete bool
 }
 

@@ -48,16 +48,16 @@ const (
 
 // Plan is the swarm of faults one seed draws: which kinds and how often.
 type Plan struct {
-	Engine        memkv.Rates
-	EngineLatency time.Duration // upper bound of per-op engine latency
-	NetDelay      time.Duration // upper bound of one message's delay
-	NetDrop       float64       // client↔node and node↔node message loss
-	CrashEvery    time.Duration // mean time between node crashes (0: none)
-	PauseEvery    time.Duration
+	Engine         memkv.Rates
+	EngineLatency  time.Duration // upper bound of per-op engine latency
+	NetDelay       time.Duration // upper bound of one message's delay
+	NetDrop        float64       // client↔node and node↔node message loss
+	CrashEvery     time.Duration // mean time between node crashes (0: none)
+	PauseEvery     time.Duration
 	PartitionEvery time.Duration
-	TransferEvery time.Duration
+	TransferEvery  time.Duration
 	ClockJumpEvery time.Duration
-	CompactEvery  time.Duration
+	CompactEvery   time.Duration
 }
 
 // drawPlan picks the seed's fault mix: each kind is on with some
