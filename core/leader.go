@@ -29,8 +29,7 @@ const MetaLeader = "leader"
 // reads it.
 type ElectOp struct {
 	Observe bool
-	// Expect is the record to replace (nil: none stored); compared on
-	// Holder and Term.
+	// Expect is the record to replace (nil: none stored), compared whole.
 	Expect *ElectionRecord
 	Next   ElectionRecord
 	reason electReason
@@ -91,11 +90,14 @@ func DecodeElectionRecord(b []byte) (*ElectionRecord, error) {
 	return rec, nil
 }
 
-func sameHolder(a, b *ElectionRecord) bool {
+// sameRecord compares whole records: a CAS that matched on holder and
+// term alone would let a follower with a stale view replace a lease the
+// holder has renewed since.
+func sameRecord(a, b *ElectionRecord) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Holder == b.Holder && a.Term == b.Term
+	return *a == *b
 }
 
 // evaluateElect runs an election CAS against a snapshot.
@@ -110,7 +112,7 @@ func evaluateElect(rd Reader, op *ElectOp) (*Effects, error) {
 			return nil, err
 		}
 	}
-	if op.Observe || !sameHolder(cur, op.Expect) {
+	if op.Observe || !sameRecord(cur, op.Expect) {
 		return &Effects{Record: cur}, nil
 	}
 	next := op.Next
@@ -350,10 +352,15 @@ func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
 	m.known = true
 	m.record = eff.Record
 	switch {
-	case !eff.Applied:
-		if m.role == Leader || m.role == Recovering {
-			m.stepDown("record taken")
+	case !eff.Applied && (m.role == Leader || m.role == Recovering):
+		if r := eff.Record; r != nil && r.Holder == m.cfg.ID && r.Term == m.term && op.reason == electRenew {
+			// An earlier renew we thought uncertain landed: still ours.
+			// Keep the lease end we know for sure.
+			return
 		}
+		m.stepDown("record taken")
+	case !eff.Applied:
+		// A follower's CAS lost or it only observed: it learned the record.
 	case op.reason == electCampaign:
 		m.startRecovery(eff.Record)
 	case op.reason == electRenew:

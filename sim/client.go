@@ -53,6 +53,7 @@ type call struct {
 	lease      leaseReply
 	err        error
 	attempts   []attempt // engine commits that may have applied it
+	patched    *attempt  // the attempt the engine shows applied
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).

@@ -117,6 +117,9 @@ func (n *node) process() {
 		n.runWork(wk)
 	}
 	for _, r := range rd.Responses {
+		if r.ID == 0 && r.Lease != 0 && r.Err == nil {
+			n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now})
+		}
 		if c := n.waiters[r.ID]; c != nil {
 			delete(n.waiters, r.ID)
 			n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
@@ -201,7 +204,7 @@ func (n *node) runWork(wk *core.Work) {
 }
 
 func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
-	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkFence {
+	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
 		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), outcomeName(out), errText(err))
 	}
 	n.member.Report(wk, eff, out)

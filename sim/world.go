@@ -57,6 +57,7 @@ type World struct {
 	stopped bool
 	// violation is the first invariant broken inside a node.
 	violation error
+	expiries  []expiry
 }
 
 func newWorld(cfg Config) *World {

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/axon-kv/axon/sim"
+)
+
+type simFlags struct {
+	seed       uint64
+	seeds      int
+	first      uint64
+	parallel   int
+	ops        int
+	breakDrift bool
+	outDir     string
+}
+
+func simCmd() *cobra.Command {
+	var f simFlags
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the deterministic simulator: one seed (--seed) or a swarm (--seeds)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.seeds > 0 {
+				return simSwarm(cmd, f)
+			}
+			return simOne(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.Uint64Var(&f.seed, "seed", 1, "the seed to run")
+	fl.IntVar(&f.seeds, "seeds", 0, "run this many seeds, from --first on")
+	fl.Uint64Var(&f.first, "first", 1, "first seed of a swarm")
+	fl.IntVar(&f.parallel, "parallel", 2, "seeds run at once in a swarm")
+	fl.IntVar(&f.ops, "ops", 1000, "client operations per seed before healing")
+	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
+	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
+	return cmd
+}
+
+func replayCommand(f simFlags, seed uint64) string {
+	s := fmt.Sprintf("axon sim --seed %d --ops %d", seed, f.ops)
+	if f.breakDrift {
+		s += " --break-drift"
+	}
+	return s
+}
+
+// report writes a failing seed's trace and visualisation.
+func report(cmd *cobra.Command, f simFlags, r sim.Result) {
+	dir := filepath.Join(f.outDir, fmt.Sprintf("seed-%d", r.Seed))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), err)
+		return
+	}
+	// Rerun with the trace on: same seed, same run.
+	full := sim.Run(sim.Config{Seed: r.Seed, Ops: f.ops, BreakDrift: f.breakDrift, Trace: true})
+	trace := filepath.Join(dir, "trace.txt")
+	var b []byte
+	for _, l := range full.Trace {
+		b = append(b, l...)
+		b = append(b, '\n')
+	}
+	_ = os.WriteFile(trace, b, 0o644)
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "  trace: %s\n", trace)
+	if full.Visualize != nil {
+		html := filepath.Join(dir, "history.html")
+		if err := full.Visualize(html); err == nil {
+			fmt.Fprintf(out, "  history: %s\n", html)
+		}
+	}
+	fmt.Fprintf(out, "  replay: %s\n", replayCommand(f, r.Seed))
+}
+
+func simOne(cmd *cobra.Command, f simFlags) error {
+	r := sim.Run(sim.Config{Seed: f.seed, Ops: f.ops, BreakDrift: f.breakDrift})
+	fmt.Fprintln(cmd.OutOrStdout(), r.Line())
+	if r.Err != nil {
+		report(cmd, f, r)
+		return fmt.Errorf("seed %d failed", f.seed)
+	}
+	return nil
+}
+
+func simSwarm(cmd *cobra.Command, f simFlags) error {
+	start := time.Now()
+	var (
+		next     atomic.Uint64
+		done     atomic.Int64
+		failures []sim.Result
+		ops      atomic.Int64
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+	)
+	next.Store(f.first)
+	last := f.first + uint64(f.seeds) - 1
+	out := cmd.OutOrStdout()
+	for range max(f.parallel, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed := next.Add(1) - 1
+				if seed > last {
+					return
+				}
+				r := sim.Run(sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift})
+				ops.Add(int64(r.Ops))
+				n := done.Add(1)
+				mu.Lock()
+				if r.Err != nil {
+					failures = append(failures, r)
+					fmt.Fprintln(out, r.Line())
+				}
+				if n%100 == 0 || n == int64(f.seeds) {
+					el := time.Since(start)
+					fmt.Fprintf(cmd.ErrOrStderr(), "\r%d/%d seeds, %d failed, %.0f seeds/min", n, f.seeds, len(failures), float64(n)/el.Minutes())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	fmt.Fprintln(cmd.ErrOrStderr())
+	fmt.Fprintf(out, "swarm: %d seeds (%d..%d) in %v: %d failed, %.0f seeds/min, %.0f client ops/s\n",
+		f.seeds, f.first, last, el.Round(time.Millisecond), len(failures), float64(f.seeds)/el.Minutes(), float64(ops.Load())/el.Seconds())
+	for i, r := range failures {
+		if i == 3 {
+			fmt.Fprintf(out, "(%d more failures not written)\n", len(failures)-3)
+			break
+		}
+		fmt.Fprintln(out, r.Line())
+		report(cmd, f, r)
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d of %d seeds failed", len(failures), f.seeds)
+	}
+	return nil
+}
