@@ -172,6 +172,9 @@ type Node struct {
 	ready     Ready
 	// draining refuses new writes while leadership is handed over.
 	draining bool
+	// compacting is the highest compact revision asked for; a second
+	// request for it or below fails, as in etcd.
+	compacting int64
 }
 
 // NewNode returns a node that continues from st.
@@ -233,15 +236,22 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 }
 
 func (n *Node) validate(req *pb.RequestOp) error {
+	// etcd answers an empty operation with "key not found".
 	switch tv := req.GetRequest().(type) {
 	case *pb.RequestOp_RequestPut:
-		return ValidatePut(tv.RequestPut)
+		if tv.RequestPut != nil {
+			return ValidatePut(tv.RequestPut)
+		}
 	case *pb.RequestOp_RequestDeleteRange:
-		return ValidateDeleteRange(tv.RequestDeleteRange)
+		if tv.RequestDeleteRange != nil {
+			return ValidateDeleteRange(tv.RequestDeleteRange)
+		}
 	case *pb.RequestOp_RequestTxn:
-		return ValidateTxn(tv.RequestTxn, n.cfg.MaxTxnOps)
+		if tv.RequestTxn != nil {
+			return ValidateTxn(tv.RequestTxn, n.cfg.MaxTxnOps)
+		}
 	}
-	return ErrEmptyRequest
+	return ErrKeyNotFound
 }
 
 // deal gives w the next revision and hands it to the driver, or holds it
@@ -403,10 +413,11 @@ func (n *Node) Compact(id RequestID, rev int64) {
 	case rev > n.committed:
 		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrFutureRev})
 		return
-	case rev <= n.compacted:
+	case rev <= max(n.compacted, n.compacting):
 		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrCompacted})
 		return
 	}
+	n.compacting = rev
 	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: id, Rev: rev})
 }
 

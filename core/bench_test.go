@@ -1,0 +1,169 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// BenchmarkDealCommit measures the node's own bookkeeping per write:
+// dealing, ordering and releasing, with the engine out of the picture.
+func BenchmarkDealCommit(b *testing.B) {
+	req := putOp("k", "v")
+	eff := &core.Effects{Response: &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: &pb.PutResponse{}}}}
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		n := core.NewNode(core.Config{}, core.State{})
+		for i := 0; i < b.N; i++ {
+			n.Propose(core.RequestID(i+1), req)
+			w := n.Ready().Work[0]
+			n.Report(w, eff, core.Committed)
+			if len(n.Ready().Responses) != 1 {
+				b.Fatal("no response")
+			}
+		}
+	})
+	b.Run("64 in flight completing in reverse", func(b *testing.B) {
+		b.ReportAllocs()
+		const inflight = 64
+		n := core.NewNode(core.Config{}, core.State{})
+		for i := 0; i < b.N; i += inflight {
+			batch := min(inflight, b.N-i)
+			for j := 0; j < batch; j++ {
+				n.Propose(core.RequestID(i+j+1), req)
+			}
+			work := n.Ready().Work
+			for j := len(work) - 1; j >= 0; j-- {
+				n.Report(work[j], eff, core.Committed)
+			}
+			if len(n.Ready().Responses) != batch {
+				b.Fatal("responses missing")
+			}
+		}
+	})
+}
+
+func benchEvent(rev int64) core.Event {
+	return core.Event{Rev: rev, Event: &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: rev}}}
+}
+
+func BenchmarkRingAppend(b *testing.B) {
+	b.ReportAllocs()
+	r := core.NewRing(1024, 1)
+	ev := benchEvent(1)
+	for i := 0; i < b.N; i++ {
+		ev.Rev = int64(i + 1)
+		r.Append(ev)
+	}
+}
+
+func BenchmarkRingSince(b *testing.B) {
+	const size = 1 << 16
+	r := core.NewRing(size, 1)
+	for i := int64(1); i <= size; i++ {
+		r.Append(benchEvent(i))
+	}
+	for _, tail := range []int64{1, 16, 1024} {
+		b.Run(fmt.Sprintf("last %d of a full ring", tail), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if evs, ok := r.Since(size - tail + 1); !ok || int64(len(evs)) != tail {
+					b.Fatal("wrong events")
+				}
+			}
+		})
+	}
+}
+
+// benchEngine returns memkv holding keys key0000..key(n-1), written
+// through a node so the records are exactly what Axon stores.
+func benchEngine(b *testing.B, n int) (*memkv.Engine, int64) {
+	b.Helper()
+	ctx := context.Background()
+	eng := memkv.New()
+	node := core.NewNode(core.Config{}, core.State{})
+	for i := 0; i < n; i++ {
+		node.Propose(core.RequestID(i+1), putOp(fmt.Sprintf("key%04d", i), "value"))
+		for _, w := range node.Ready().Work {
+			eff, out := exec.Run(ctx, eng, w)
+			node.Report(w, eff, out)
+		}
+	}
+	if node.Committed() != int64(n) {
+		b.Fatalf("loaded to r%d, want r%d", node.Committed(), n)
+	}
+	return eng, node.Committed()
+}
+
+func BenchmarkEvaluatePut(b *testing.B) {
+	eng, c := benchEngine(b, 100)
+	ctx := context.Background()
+	req := putOp("key0042", "new value")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		txn, err := eng.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Nothing commits, so every revision above C is fresh.
+		w := &core.Work{Kind: core.WorkRequest, Rev: c + 1 + int64(i), ID: 1, Request: req, Committed: c}
+		eff, err := core.Evaluate(storage.NewReader(txn), w)
+		if err != nil || eff.Late || len(eff.Writes) == 0 {
+			b.Fatalf("evaluate: %+v, %v", eff, err)
+		}
+		txn.Rollback()
+	}
+}
+
+func BenchmarkHistoryKey(b *testing.B) {
+	for _, k := range []struct{ name, key string }{
+		{"plain 16-byte key", "/registry/pods/a"},
+		{"key with zero bytes", "a\x00b\x00c\x00d\x00e\x00f\x00g\x00h"},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			b.ReportAllocs()
+			key := []byte(k.key)
+			for i := 0; i < b.N; i++ {
+				_ = core.HistoryKey(key, int64(i))
+			}
+		})
+	}
+}
+
+func BenchmarkRange(b *testing.B) {
+	eng, c := benchEngine(b, 1000)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		req  *pb.RangeRequest
+		want int
+	}{
+		{"all 1000 keys", &pb.RangeRequest{Key: []byte("key"), RangeEnd: []byte("kez")}, 1000},
+		{"first 10 of 1000 keys", &pb.RangeRequest{Key: []byte("key"), RangeEnd: []byte("kez"), Limit: 10}, 10},
+		{"one key", &pb.RangeRequest{Key: []byte("key0500")}, 1},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				txn, err := eng.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp, err := core.Range(storage.NewReader(txn), tc.req, c, 0)
+				if err != nil || len(resp.Kvs) != tc.want {
+					b.Fatalf("range: %d kvs, %v", len(resp.GetKvs()), err)
+				}
+				txn.Rollback()
+			}
+		})
+	}
+}

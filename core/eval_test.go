@@ -1,0 +1,991 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// scene drives one core.Node over memkv by hand, so a test decides the
+// order in which work runs and reports, and checks every output.
+type scene struct {
+	t     *testing.T
+	ctx   context.Context
+	eng   *memkv.Engine
+	node  *core.Node
+	work  []*core.Work    // handed out, not run yet
+	out   []string        // described outputs since the last expect
+	resps []core.Response // every response, in release order
+	watch []core.WatchResponse
+}
+
+func newScene(t *testing.T, cfg core.Config) *scene {
+	t.Helper()
+	s := &scene{t: t, ctx: context.Background(), eng: memkv.New()}
+	st, err := exec.Recover(s.ctx, s.eng)
+	if err != nil {
+		t.Fatalf("recover an empty engine: %v", err)
+	}
+	s.node = core.NewNode(cfg, st)
+	return s
+}
+
+// collect takes the node's outputs and checks its invariants.
+func (s *scene) collect() {
+	s.t.Helper()
+	if err := s.node.Invariants(); err != nil {
+		s.t.Fatalf("invariants: %v", err)
+	}
+	rd := s.node.Ready()
+	if s.node.HasReady() {
+		s.t.Fatalf("Ready left outputs behind")
+	}
+	if rd.Committed != s.node.Committed() {
+		s.t.Fatalf("Ready.Committed %d, node says %d", rd.Committed, s.node.Committed())
+	}
+	for _, w := range rd.Work {
+		s.work = append(s.work, w)
+		s.out = append(s.out, core.DescribeWork(w))
+	}
+	for _, r := range rd.Responses {
+		s.resps = append(s.resps, r)
+		s.out = append(s.out, core.DescribeResponse(r))
+	}
+	for _, wr := range rd.WatchResponses {
+		s.watch = append(s.watch, wr)
+		s.out = append(s.out, core.DescribeWatchResponse(wr))
+	}
+}
+
+// expect checks the outputs described since the last call.
+func (s *scene) expect(want ...string) {
+	s.t.Helper()
+	s.collect()
+	if want == nil {
+		want = []string{}
+	}
+	got := s.out
+	if got == nil {
+		got = []string{}
+	}
+	if !slices.Equal(got, want) {
+		s.t.Fatalf("outputs:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+	}
+	s.out = nil
+}
+
+func (s *scene) propose(id core.RequestID, op *pb.RequestOp) { s.node.Propose(id, op) }
+
+// take removes the handed-out work matching kind and revision.
+func (s *scene) take(kind core.WorkKind, rev int64) *core.Work {
+	s.t.Helper()
+	for i, w := range s.work {
+		if w.Kind == kind && (w.Rev == rev || kind == core.WorkCatchUp) {
+			s.work = slices.Delete(s.work, i, i+1)
+			return w
+		}
+	}
+	s.t.Fatalf("no %v work at r%d among %d", kind, rev, len(s.work))
+	return nil
+}
+
+// run runs one work item in its own engine transaction and reports it.
+func (s *scene) run(w *core.Work) {
+	s.t.Helper()
+	if w.Kind == core.WorkCatchUp {
+		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, 0)
+		s.node.CatchUpDone(w, evs, last, err)
+		return
+	}
+	eff, out := exec.Run(s.ctx, s.eng, w)
+	s.node.Report(w, eff, out)
+}
+
+func (s *scene) runRev(rev int64) { s.t.Helper(); s.run(s.take(core.WorkRequest, rev)) }
+
+// settle runs all work, oldest first, until the node is idle.
+func (s *scene) settle() {
+	s.t.Helper()
+	for i := 0; ; i++ {
+		s.collect()
+		if len(s.work) == 0 {
+			return
+		}
+		if i > 1000 {
+			s.t.Fatalf("no progress: %d work items left", len(s.work))
+		}
+		w := s.work[0]
+		s.work = s.work[1:]
+		s.run(w)
+	}
+}
+
+// rangeAt runs core.Range against a fresh snapshot at the node's C.
+func (s *scene) rangeAt(req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	s.t.Helper()
+	txn, err := s.eng.Begin(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer txn.Rollback()
+	return core.Range(storage.NewReader(txn), req, s.node.Committed(), s.node.Compacted())
+}
+
+// kvs renders key-values as k=v@mod/create/version.
+func kvs(list []*mvccpb.KeyValue) string {
+	parts := make([]string, len(list))
+	for i, kv := range list {
+		parts[i] = fmt.Sprintf("%s=%s@%d/%d/v%d", kv.Key, kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version)
+	}
+	return strings.Join(parts, " ")
+}
+
+func putOp(key, val string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte(val)}}}
+}
+
+func rangeOp(key, end string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end)}}}
+}
+
+func TestResponsesAreReleasedInRevisionOrder(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("b", "2"))
+	s.propose(3, putOp("c", "3"))
+	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r3 req3 put "c"="3"`)
+	if s.node.InFlight() != 3 {
+		t.Fatalf("InFlight = %d, want 3", s.node.InFlight())
+	}
+	s.runRev(3)
+	s.expect()
+	s.runRev(2)
+	s.expect()
+	s.runRev(1)
+	s.expect("resp req1 r1", "resp req2 r2", "resp req3 r3")
+	if s.node.Committed() != 3 || s.node.InFlight() != 0 {
+		t.Fatalf("C=%d inflight=%d, want 3 and 0", s.node.Committed(), s.node.InFlight())
+	}
+	for _, r := range s.resps {
+		if got := r.Response.GetResponsePut().GetHeader().GetRevision(); got != r.Rev {
+			t.Fatalf("req%d: header revision %d, want its own revision %d", r.ID, got, r.Rev)
+		}
+	}
+	got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("\x00")})
+	if err != nil || kvs(got.Kvs) != "a=1@1/1/v1 b=2@2/2/v1 c=3@3/3/v1" || got.Header.Revision != 3 {
+		t.Fatalf("range all: %v, %v", got, err)
+	}
+}
+
+func TestTxn(t *testing.T) {
+	cases := []struct {
+		name      string
+		value     string // compared against a's value "1"
+		succeeded bool
+		want      string // rendered responses of the branch taken
+	}{
+		{"a failing compare returns the else branch range", "2", false, "range[a=1@1/1/v1]"},
+		{"a succeeding compare runs the then branch put", "1", true, "put"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene(t, core.Config{})
+			s.propose(1, putOp("a", "1"))
+			s.settle()
+			txn := &pb.TxnRequest{
+				Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte(tc.value)}}},
+				Success: []*pb.RequestOp{putOp("a", "3")},
+				Failure: []*pb.RequestOp{rangeOp("a", "")},
+			}
+			s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
+			s.out = nil
+			s.settle()
+			r := s.resps[len(s.resps)-1]
+			tr := r.Response.GetResponseTxn()
+			if r.Err != nil || r.Rev != 2 || tr.Succeeded != tc.succeeded || tr.Header.Revision != 2 {
+				t.Fatalf("response %s: %v", core.DescribeResponse(r), tr)
+			}
+			var parts []string
+			for _, op := range tr.Responses {
+				switch {
+				case op.GetResponseRange() != nil:
+					parts = append(parts, "range["+kvs(op.GetResponseRange().Kvs)+"]")
+				case op.GetResponsePut() != nil:
+					parts = append(parts, "put")
+				}
+			}
+			if got := strings.Join(parts, " "); got != tc.want {
+				t.Fatalf("branch responses %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNestedTxnAndRangeCompare(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("b", "2"))
+	s.settle()
+	// A ranged compare makes the txn serial; the nested txn's compare
+	// fails, so its else branch reads the range sorted by value, desc.
+	inner := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("b"), Target: pb.Compare_VERSION, Result: pb.Compare_GREATER, TargetUnion: &pb.Compare_Version{Version: 5}}},
+		Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{
+			Key: []byte("a"), RangeEnd: []byte("d"), SortTarget: pb.RangeRequest_VALUE, SortOrder: pb.RangeRequest_DESCEND,
+		}}}},
+	}
+	outer := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("a"), RangeEnd: []byte("c"), Target: pb.Compare_MOD, Result: pb.Compare_LESS, TargetUnion: &pb.Compare_ModRevision{ModRevision: 3}}},
+		Success: []*pb.RequestOp{putOp("c", "3"), {Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}},
+	}
+	s.out = nil
+	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: outer}})
+	s.expect(`work r3 req3 txn cmp=1 then=2 else=0 serial`)
+	s.settle()
+	tr := s.resps[len(s.resps)-1].Response.GetResponseTxn()
+	nested := tr.GetResponses()[1].GetResponseTxn()
+	if !tr.Succeeded || nested.Succeeded {
+		t.Fatalf("outer %v nested %v, want true and false", tr.Succeeded, nested.Succeeded)
+	}
+	// The range sees the txn's own put of c.
+	if got := kvs(nested.Responses[0].GetResponseRange().Kvs); got != "c=3@3/3/v1 b=2@2/2/v1 a=1@1/1/v1" {
+		t.Fatalf("nested range: %s", got)
+	}
+}
+
+func TestUncertainCommitIsResolvedByAFence(t *testing.T) {
+	cases := []struct {
+		name    string
+		applied bool // whether the uncertain transaction really landed
+		after   []string
+	}{
+		{"an applied write is answered after its fence", true, []string{"resp req1 r1"}},
+		{"a lost write is fenced and dealt again", false, []string{`work r2 req1 put "a"="1" attempt=1`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene(t, core.Config{})
+			s.propose(1, putOp("a", "1"))
+			s.collect()
+			s.out = nil
+			w := s.take(core.WorkRequest, 1)
+			txn, err := s.eng.Begin(s.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eff, err := exec.Apply(txn, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.applied {
+				if err := txn.Commit(s.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.node.Report(w, eff, core.Uncertain)
+			s.expect("fence r1 req1 attempt=0")
+			// A fence that fails is simply tried again.
+			f := s.take(core.WorkFence, 1)
+			s.node.Report(f, nil, core.NotApplied)
+			s.expect("fence r1 req1 attempt=1")
+			s.run(s.take(core.WorkFence, 1))
+			s.expect(tc.after...)
+			if tc.applied {
+				return
+			}
+			// The delayed original can never land over the fence.
+			if err := txn.Commit(s.ctx); !errors.Is(err, storage.ErrConflict) {
+				t.Fatalf("late commit of the fenced transaction: %v, want a conflict", err)
+			}
+			s.runRev(2)
+			s.expect("resp req1 r2")
+		})
+	}
+}
+
+func TestLateWriteIsDealtAgain(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("a", "2"))
+	s.collect()
+	s.out = nil
+	s.runRev(2)
+	s.expect()
+	// r1 finds a touched by r2: its revision is abandoned.
+	s.runRev(1)
+	s.expect(`work r3 req1 put "a"="1" attempt=1`, "resp req2 r2")
+	s.runRev(3)
+	s.expect("resp req1 r3")
+	got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
+	if err != nil || kvs(got.Kvs) != "a=1@3/2/v2" {
+		t.Fatalf("range a: %v, %v", got, err)
+	}
+}
+
+func TestRetriesAreBounded(t *testing.T) {
+	s := newScene(t, core.Config{MaxAttempts: 2})
+	s.propose(1, putOp("a", "1"))
+	s.collect()
+	s.node.Report(s.take(core.WorkRequest, 1), nil, core.NotApplied)
+	s.collect()
+	s.out = nil
+	s.node.Report(s.take(core.WorkRequest, 2), nil, core.NotApplied)
+	s.expect(`resp req1 err="core: request retried too often; engine keeps failing"`)
+	// A report of work the node no longer tracks is ignored.
+	s.node.Report(&core.Work{Kind: core.WorkRequest, Rev: 2}, nil, core.Committed)
+	s.expect()
+}
+
+func TestRangedDeleteWaitsForEarlierRevisions(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("b", "2"))
+	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("c"), PrevKv: true}}})
+	s.propose(4, putOp("c", "4"))
+	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r4 req4 put "c"="4"`)
+	s.runRev(2)
+	s.runRev(4)
+	s.expect()
+	s.runRev(1)
+	s.expect(`work r3 req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2")
+	s.runRev(3)
+	s.expect("resp req3 r3", "resp req4 r4")
+	dr := s.resps[2].Response.GetResponseDeleteRange()
+	if dr.Deleted != 2 || kvs(dr.PrevKvs) != "a=1@1/1/v1 b=2@2/2/v1" {
+		t.Fatalf("delete response: %v", dr)
+	}
+}
+
+func TestReadsAtARevision(t *testing.T) {
+	s := newScene(t, core.Config{})
+	for i, v := range []string{"1", "2", "3"} {
+		s.propose(core.RequestID(i+1), putOp("a", v))
+		s.settle()
+	}
+	s.node.Compact(10, 9)
+	s.node.Compact(11, 2)
+	s.settle()
+	s.node.Compact(12, 1)
+	s.collect()
+	cases := []struct {
+		name string
+		rev  int64
+		want string
+		err  error
+	}{
+		{"the commit point by default", 0, "a=3@3/1/v3", nil},
+		{"the compact revision itself", 2, "a=2@2/1/v2", nil},
+		{"a future revision fails", 4, "", core.ErrFutureRev},
+		{"a revision below compact fails", 1, "", core.ErrCompacted},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a"), Revision: tc.rev})
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if err == nil && kvs(got.Kvs) != tc.want {
+				t.Fatalf("got %s, want %s", kvs(got.Kvs), tc.want)
+			}
+		})
+	}
+	t.Run("compaction answers in order", func(t *testing.T) {
+		want := []string{
+			`resp req10 err="mvcc: required revision is a future revision"`,
+			"resp req11 r3",
+			`resp req12 err="mvcc: required revision has been compacted"`,
+		}
+		var got []string
+		for _, r := range s.resps[3:] {
+			got = append(got, core.DescribeResponse(r))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	})
+	t.Run("a txn reading a future revision gets the error at its revision", func(t *testing.T) {
+		txn := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 99}}}}}
+		s.propose(20, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
+		s.settle()
+		r := s.resps[len(s.resps)-1]
+		if r.ID != 20 || !errors.Is(r.Err, core.ErrFutureRev) || r.Rev != 4 {
+			t.Fatalf("got %s at r%d", core.DescribeResponse(r), r.Rev)
+		}
+	})
+	t.Run("a txn reading an old revision sees that version", func(t *testing.T) {
+		txn := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 2}}}}}
+		s.propose(21, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
+		s.settle()
+		r := s.resps[len(s.resps)-1]
+		got := r.Response.GetResponseTxn().Responses[0].GetResponseRange()
+		if r.Err != nil || kvs(got.Kvs) != "a=2@2/1/v2" {
+			t.Fatalf("got %s: %v", core.DescribeResponse(r), got)
+		}
+	})
+}
+
+func TestRangeShapesItsResult(t *testing.T) {
+	s := newScene(t, core.Config{})
+	for i, kv := range [][2]string{{"a", "3"}, {"b", "1"}, {"c", "2"}, {"b", "4"}} {
+		s.propose(core.RequestID(i+1), putOp(kv[0], kv[1]))
+	}
+	s.settle()
+	all := func(r *pb.RangeRequest) *pb.RangeRequest { r.Key, r.RangeEnd = []byte("a"), []byte("\x00"); return r }
+	cases := []struct {
+		name      string
+		req       *pb.RangeRequest
+		want      string
+		count     int64
+		more      bool
+		keysOnly  bool
+		countOnly bool
+	}{
+		{"a prefix range lists keys in order", all(&pb.RangeRequest{}), "a=3@1/1/v1 b=4@4/2/v2 c=2@3/3/v1", 3, false, false, false},
+		{"a limit cuts the list and says more", all(&pb.RangeRequest{Limit: 2}), "a=3@1/1/v1 b=4@4/2/v2", 3, true, false, false},
+		{"count only returns no keys", all(&pb.RangeRequest{CountOnly: true}), "", 3, false, false, true},
+		{"keys only drops values", all(&pb.RangeRequest{KeysOnly: true}), "a=@1/1/v1 b=@4/2/v2 c=@3/3/v1", 3, false, true, false},
+		{"sort by version descending", all(&pb.RangeRequest{SortTarget: pb.RangeRequest_VERSION, SortOrder: pb.RangeRequest_DESCEND}), "b=4@4/2/v2 a=3@1/1/v1 c=2@3/3/v1", 3, false, false, false},
+		{"sort by create revision defaults to ascending", all(&pb.RangeRequest{SortTarget: pb.RangeRequest_CREATE}), "a=3@1/1/v1 b=4@4/2/v2 c=2@3/3/v1", 3, false, false, false},
+		{"sort by mod revision ascending", all(&pb.RangeRequest{SortTarget: pb.RangeRequest_MOD, SortOrder: pb.RangeRequest_ASCEND}), "a=3@1/1/v1 c=2@3/3/v1 b=4@4/2/v2", 3, false, false, false},
+		{"sort by key descending", all(&pb.RangeRequest{SortOrder: pb.RangeRequest_DESCEND}), "c=2@3/3/v1 b=4@4/2/v2 a=3@1/1/v1", 3, false, false, false},
+		{"mod and create revision filters", all(&pb.RangeRequest{MinModRevision: 2, MaxModRevision: 4, MinCreateRevision: 1, MaxCreateRevision: 2}), "b=4@4/2/v2", 3, false, false, false},
+		{"a range over a later-modified key reads history", all(&pb.RangeRequest{Revision: 3}), "a=3@1/1/v1 b=1@2/2/v1 c=2@3/3/v1", 3, false, false, false},
+		{"an empty range has nothing", &pb.RangeRequest{Key: []byte("c"), RangeEnd: []byte("a")}, "", 0, false, false, false},
+		{"a missing single key has nothing", &pb.RangeRequest{Key: []byte("zz")}, "", 0, false, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.rangeAt(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kvs(got.Kvs) != tc.want || got.Count != tc.count || got.More != tc.more || got.Header.Revision != 4 {
+				t.Fatalf("got %s count=%d more=%v hdr=%d", kvs(got.Kvs), got.Count, got.More, got.Header.Revision)
+			}
+		})
+	}
+	if _, err := s.rangeAt(&pb.RangeRequest{}); !errors.Is(err, core.ErrEmptyKey) {
+		t.Fatalf("range of an empty key: %v", err)
+	}
+}
+
+func TestProposeRefusesInvalidRequestsAtOnce(t *testing.T) {
+	s := newScene(t, core.Config{MaxTxnOps: 1})
+	s.propose(1, &pb.RequestOp{})
+	s.propose(2, putOp("", "v"))
+	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{}}})
+	s.propose(4, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "1"), putOp("b", "2")}}}})
+	s.propose(5, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), Lease: 77}}})
+	s.expect(
+		`resp req1 err="etcdserver: key not found"`,
+		`resp req2 err="etcdserver: key is not provided"`,
+		`resp req3 err="etcdserver: key is not provided"`,
+		`resp req4 err="etcdserver: too many operations in txn request"`,
+		`resp req5 err="etcdserver: requested lease not found"`,
+	)
+	if s.node.Committed() != 0 || s.node.Config().MaxTxnOps != 1 || s.node.Config().RingSize != 1<<16 {
+		t.Fatalf("C=%d config=%+v", s.node.Committed(), s.node.Config())
+	}
+}
+
+// Propose must answer a request whose oneof holds a nil message (a Go
+// caller can build one) with an error, as Txn validation already does,
+// not crash the node.
+func TestProposeOfANilRequestMessageIsRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		op   *pb.RequestOp
+	}{
+		{"a nil put", &pb.RequestOp{Request: &pb.RequestOp_RequestPut{}}},
+		{"a nil delete", &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{}}},
+		{"a nil txn", &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" is answered with an error", func(t *testing.T) {
+			s := newScene(t, core.Config{})
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("Propose panicked: %v", r)
+					}
+				}()
+				s.propose(1, tc.op)
+			}()
+			s.collect()
+			if len(s.resps) != 1 || s.resps[0].Err == nil || len(s.work) != 0 {
+				t.Fatalf("got %q", s.out)
+			}
+		})
+	}
+}
+
+func TestPutWithIgnoreValueNeedsAnExistingKey(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), IgnoreValue: true}}})
+	s.settle()
+	s.propose(2, putOp("a", "keep"))
+	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), IgnoreValue: true, PrevKv: true}}})
+	s.settle()
+	if got := core.DescribeResponse(s.resps[0]); got != `resp req1 err="etcdserver: key not found"` {
+		t.Fatalf("first response: %s", got)
+	}
+	pr := s.resps[2].Response.GetResponsePut()
+	if kvs([]*mvccpb.KeyValue{pr.PrevKv}) != "a=keep@2/2/v1" {
+		t.Fatalf("prev kv: %v", pr.PrevKv)
+	}
+	got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
+	if kvs(got.Kvs) != "a=keep@3/2/v2" {
+		t.Fatalf("after ignore_value put: %s", kvs(got.Kvs))
+	}
+}
+
+func TestWatch(t *testing.T) {
+	t.Run("a watch from C gets new events as they commit", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("a"), End: []byte("c"), PrevKV: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.node.AddWatch(core.Watch{ID: 2, Key: []byte("a"), NoPut: true}); err != nil {
+			t.Fatal(err)
+		}
+		s.propose(1, putOp("a", "1"))
+		s.propose(2, putOp("z", "1"))
+		s.propose(3, putOp("b", "1"))
+		s.propose(4, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}}})
+		s.settle()
+		var got []string
+		for _, wr := range s.watch {
+			got = append(got, core.DescribeWatchResponse(wr))
+		}
+		want := []string{`watch1 r1 [PUT "a"]`, `watch1 r3 [PUT "b"]`, `watch1 r4 [DELETE "a"]`, `watch2 r4 [DELETE "a"]`}
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %q\nwant %q", got, want)
+		}
+		if s.watch[2].Events[0].PrevKv == nil || s.watch[3].Events[0].PrevKv != nil {
+			t.Fatalf("prev_kv sent against the watch's wish")
+		}
+		if rev, ok := s.node.Progress(1, 2, 99); !ok || rev != 4 {
+			t.Fatalf("Progress = %d, %v; want 4, true", rev, ok)
+		}
+	})
+
+	t.Run("a watch from an old revision with a tiny ring catches up from the engine", func(t *testing.T) {
+		s := newScene(t, core.Config{RingSize: 1, CatchUpBatch: 2})
+		for i, k := range []string{"a", "b", "c"} {
+			s.propose(core.RequestID(i+1), putOp(k, "v"))
+		}
+		s.settle()
+		s.out = nil
+		if err := s.node.AddWatch(core.Watch{ID: 7, Key: []byte("a"), End: []byte("\x00"), StartRev: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.expect("catchup watch7 r1..r2")
+		if _, ok := s.node.Progress(7); ok {
+			t.Fatalf("Progress ok while the watch catches up")
+		}
+		w := s.take(core.WorkCatchUp, 0)
+		// A failed read is retried.
+		s.node.CatchUpDone(w, nil, 0, errors.New("read failed"))
+		s.expect("catchup watch7 r1..r2")
+		s.run(s.take(core.WorkCatchUp, 0))
+		s.expect(`watch7 r3 [PUT "a"] [PUT "b"] [PUT "c"]`)
+		// A duplicate completion of the same read is ignored.
+		s.node.CatchUpDone(w, nil, 2, nil)
+		s.expect()
+		if rev, ok := s.node.Progress(7); !ok || rev != 3 {
+			t.Fatalf("Progress = %d, %v; want 3, true", rev, ok)
+		}
+	})
+
+	t.Run("a catch-up read with a limit continues where it stopped", func(t *testing.T) {
+		s := newScene(t, core.Config{RingSize: 1})
+		for i, k := range []string{"a", "b", "c", "d"} {
+			s.propose(core.RequestID(i+1), putOp(k, "v"))
+		}
+		s.settle()
+		s.out = nil
+		if err := s.node.AddWatch(core.Watch{ID: 3, Key: []byte("a"), End: []byte("\x00"), StartRev: 1, NoDelete: true}); err != nil {
+			t.Fatal(err)
+		}
+		s.expect("catchup watch3 r1..r4")
+		w := s.take(core.WorkCatchUp, 0)
+		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, 2)
+		if err != nil || last != 2 || len(evs) != 2 {
+			t.Fatalf("CatchUp limit 2: %d events, last %d, %v", len(evs), last, err)
+		}
+		s.node.CatchUpDone(w, evs, last, nil)
+		s.expect("catchup watch3 r3..r4", `watch3 r2 [PUT "a"] [PUT "b"]`)
+		s.run(s.take(core.WorkCatchUp, 0))
+		s.expect(`watch3 r4 [PUT "c"] [PUT "d"]`)
+	})
+
+	t.Run("a watch below the compact revision is canceled at once", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		s.propose(1, putOp("a", "1"))
+		s.propose(2, putOp("a", "2"))
+		s.settle()
+		s.node.Compact(9, 2)
+		s.settle()
+		s.out = nil
+		if err := s.node.AddWatch(core.Watch{ID: 4, Key: []byte("a"), StartRev: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.expect("watch4 canceled compact=2")
+	})
+
+	t.Run("a catching-up watch is canceled when compaction passes it", func(t *testing.T) {
+		s := newScene(t, core.Config{RingSize: 1})
+		for i, k := range []string{"a", "b", "c"} {
+			s.propose(core.RequestID(i+1), putOp(k, "v"))
+		}
+		s.settle()
+		s.out = nil
+		if err := s.node.AddWatch(core.Watch{ID: 5, Key: []byte("a"), End: []byte("\x00"), StartRev: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.expect("catchup watch5 r1..r3")
+		w := s.take(core.WorkCatchUp, 0)
+		s.node.Compact(9, 3)
+		s.expect("compact r3 req9")
+		s.run(s.take(core.WorkCompact, 3))
+		s.expect("resp req9 r3", "watch5 canceled compact=3")
+		// The read that was out is dropped.
+		s.run(w)
+		s.expect()
+		if s.node.CancelWatch(5) {
+			t.Fatalf("the canceled watch was still registered")
+		}
+	})
+
+	t.Run("canceling a watch stops its events", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("a")}); err != nil {
+			t.Fatal(err)
+		}
+		if !s.node.CancelWatch(1) || s.node.CancelWatch(1) {
+			t.Fatalf("CancelWatch should succeed once")
+		}
+		s.propose(1, putOp("a", "1"))
+		s.settle()
+		if len(s.watch) != 0 {
+			t.Fatalf("events after cancel: %v", s.watch)
+		}
+	})
+
+	t.Run("registering a watch twice or without a key fails", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("a")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("b")}); !errors.Is(err, core.ErrWatcherExists) {
+			t.Fatalf("duplicate id: %v", err)
+		}
+		if err := s.node.AddWatch(core.Watch{ID: 2}); !errors.Is(err, core.ErrEmptyKey) {
+			t.Fatalf("empty key: %v", err)
+		}
+	})
+
+	t.Run("progress is false for a watch behind C", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		s.propose(1, putOp("a", "1"))
+		s.settle()
+		// A watch from r1 is served from the ring at once.
+		if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("zz"), StartRev: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if rev, ok := s.node.Progress(1); !ok || rev != 1 {
+			t.Fatalf("Progress = %d, %v; want 1, true", rev, ok)
+		}
+	})
+}
+
+func TestRecoverAfterWrites(t *testing.T) {
+	s := newScene(t, core.Config{})
+	for i, k := range []string{"a", "b", "c", "a"} {
+		s.propose(core.RequestID(i+1), putOp(k, "v"))
+	}
+	s.settle()
+	s.node.Compact(10, 3)
+	s.settle()
+	st, err := exec.Recover(s.ctx, s.eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Committed != 4 || st.Compacted != 3 || len(st.Leases) != 0 {
+		t.Fatalf("Recover = %+v, want committed 4, compacted 3", st)
+	}
+	// A node started from it continues the revision sequence.
+	s.node = core.NewNode(core.Config{}, st)
+	s.out = nil
+	s.propose(20, putOp("d", "v"))
+	s.expect(`work r5 req20 put "d"="v"`)
+	if s.node.Compacted() != 3 {
+		t.Fatalf("Compacted = %d", s.node.Compacted())
+	}
+}
+
+func TestRecoverRejectsABadCompactRecord(t *testing.T) {
+	eng := memkv.New()
+	txn, _ := eng.Begin(context.Background())
+	if err := txn.Set(core.MetaKey(core.MetaCompact), []byte{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.Recover(context.Background(), eng); !errors.Is(err, core.ErrBadRecord) {
+		t.Fatalf("got %v, want ErrBadRecord", err)
+	}
+}
+
+func TestLeases(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.node.Tick(0)
+	s.node.Grant(1, 0, 10)
+	s.expect("work r1 req1 grant lease1 ttl=10")
+	s.settle()
+	if got := s.resps[0]; got.Lease != 1 || got.LeaseTTL != 10 || got.Err != nil {
+		t.Fatalf("grant response %+v", got)
+	}
+	s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), Value: []byte("v"), Lease: 1}}})
+	s.settle()
+	info, err := s.node.TimeToLive(1, 4*time.Second)
+	if err != nil || info.GrantedTTL != 10 || info.Remaining != 6*time.Second || len(info.Keys) != 1 || string(info.Keys[0]) != "k" {
+		t.Fatalf("TimeToLive = %+v, %v", info, err)
+	}
+	if ttl, err := s.node.KeepAlive(1, 5*time.Second); err != nil || ttl != 10 {
+		t.Fatalf("KeepAlive = %d, %v", ttl, err)
+	}
+	if _, err := s.node.TimeToLive(2, 0); !errors.Is(err, core.ErrLeaseNotFound) {
+		t.Fatalf("TimeToLive of an unknown lease: %v", err)
+	}
+	// A node recovered from the engine knows the lease and its key.
+	st, err := exec.Recover(s.ctx, s.eng)
+	if err != nil || len(st.Leases) != 1 || st.Leases[0].ID != 1 || st.Leases[0].TTL != 10 || len(st.Leases[0].Keys) != 1 {
+		t.Fatalf("recovered leases %+v, %v", st.Leases, err)
+	}
+	if got := core.NewNode(core.Config{}, st).Leases(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("recovered node's leases %v", got)
+	}
+	s.out = nil
+	// Expiry revokes the lease and deletes its key in one revision.
+	s.node.Tick(15 * time.Second)
+	s.expect("work r3 req0 revoke lease1 keys=1 serial")
+	s.settle()
+	if got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("k")}); len(got.Kvs) != 0 {
+		t.Fatalf("key of the revoked lease survived: %s", kvs(got.Kvs))
+	}
+	if len(s.node.Leases()) != 0 {
+		t.Fatalf("Leases = %v", s.node.Leases())
+	}
+	t.Run("a grant that keeps failing gives the lease id back", func(t *testing.T) {
+		s := newScene(t, core.Config{MaxAttempts: 1})
+		s.node.Grant(1, 5, 1)
+		s.collect()
+		s.node.Report(s.take(core.WorkRequest, 1), nil, core.NotApplied)
+		s.collect()
+		s.out = nil
+		s.node.Grant(2, 5, 1)
+		s.expect("work r2 req2 grant lease5 ttl=2")
+	})
+	t.Run("grant and revoke refuse bad ids and ttls", func(t *testing.T) {
+		s := newScene(t, core.Config{})
+		s.node.Grant(1, 0, core.MaxLeaseTTL+1)
+		s.node.Grant(2, -1, 5)
+		s.node.Revoke(3, 42)
+		s.expect(
+			`resp req1 err="etcdserver: too large lease TTL"`,
+			`resp req2 err="etcdserver: requested lease not found"`,
+			`resp req3 err="etcdserver: requested lease not found"`,
+		)
+	})
+}
+
+func TestDescribeIsStable(t *testing.T) {
+	put := &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("v"), Version: 2, CreateRevision: 3}}
+	del := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte("k\x00")}}
+	cases := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"a put request", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 4, ID: 2, Request: putOp("a", "b")}), `work r4 req2 put "a"="b"`},
+		{"a retried serial delete", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 5, ID: 3, Serial: true, Attempt: 2, Request: &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("b")}}}}), `work r5 req3 delete "a".."b" serial attempt=2`},
+		{"a lease grant", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 1, ID: 1, Lease: &core.LeaseOp{ID: 9, TTL: 5}}), "work r1 req1 grant lease9 ttl=5"},
+		{"a lease revoke", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 1, Lease: &core.LeaseOp{Revoke: true, ID: 9, Keys: [][]byte{[]byte("a")}}}), "work r1 req0 revoke lease9 keys=1"},
+		{"a fence", core.DescribeWork(&core.Work{Kind: core.WorkFence, Rev: 7, ID: 1, Attempt: 1}), "fence r7 req1 attempt=1"},
+		{"a compaction", core.DescribeWork(&core.Work{Kind: core.WorkCompact, Rev: 7, ID: 1}), "compact r7 req1"},
+		{"a catch-up", core.DescribeWork(&core.Work{Kind: core.WorkCatchUp, Watch: 3, From: 2, To: 9}), "catchup watch3 r2..r9"},
+		{"an election observe", core.DescribeWork(&core.Work{Kind: core.WorkElect, Elect: &core.ElectOp{Observe: true}}), "elect observe"},
+		{"an election campaign", core.DescribeWork(&core.Work{Kind: core.WorkElect, Elect: &core.ElectOp{Next: core.ElectionRecord{Holder: "n1", Term: 2, Deadline: 3 * time.Second}}}), "elect n1 term=2 deadline=3s"},
+		{"a recovery", core.DescribeWork(&core.Work{Kind: core.WorkRecover}), "recover"},
+		{"an unknown work kind", core.DescribeWork(&core.Work{}), "work ?"},
+		{"a range request", core.DescribeRequest(rangeOp("a", "\x00")), `range "a".."\x00"`},
+		{"a txn request", core.DescribeRequest(&pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "b")}}}}), "txn cmp=0 then=1 else=0"},
+		{"an empty request", core.DescribeRequest(&pb.RequestOp{}), "empty"},
+		{"a put event", core.DescribeEvent(core.Event{Rev: 4, Event: put}), `r4 put "k"="v" v2 c3`},
+		{"a delete event with a binary key", core.DescribeEvent(core.Event{Rev: 5, Event: del}), `r5 delete "k\x00"`},
+		{"a response", core.DescribeResponse(core.Response{ID: 3, Rev: 8}), "resp req3 r8"},
+		{"an error response", core.DescribeResponse(core.Response{ID: 3, Err: core.ErrCompacted}), `resp req3 err="mvcc: required revision has been compacted"`},
+		{"a watch response with events", core.DescribeWatchResponse(core.WatchResponse{ID: 2, Revision: 5, Events: []*mvccpb.Event{put, del}}), `watch2 r5 [PUT "k"] [DELETE "k\x00"]`},
+		{"a canceled watch", core.DescribeWatchResponse(core.WatchResponse{ID: 2, Canceled: true, CompactRevision: 4}), "watch2 canceled compact=4"},
+		{"a progress notification", core.DescribeWatchResponse(core.WatchResponse{ID: 2, Progress: true, Revision: 6}), "watch2 progress r6"},
+		{"a new member", core.DescribeMember(core.NewMember(core.MemberConfig{ID: "n1"})), "n1 follower term=0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" renders the same line", func(t *testing.T) {
+			if tc.got != tc.want {
+				t.Fatalf("got %s\nwant %s", tc.got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEvaluateRefusesUnknownWork(t *testing.T) {
+	eng := memkv.New()
+	txn, _ := eng.Begin(context.Background())
+	defer txn.Rollback()
+	if _, err := core.Evaluate(storage.NewReader(txn), &core.Work{Kind: core.WorkCatchUp}); !errors.Is(err, core.ErrEmptyRequest) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// member drives a core.Member over memkv on a virtual clock.
+type member struct {
+	t   *testing.T
+	ctx context.Context
+	eng *memkv.Engine
+	m   *core.Member
+	out []string
+}
+
+// step ticks the member to now and runs its work until it has none.
+func (mb *member) step(now time.Duration) {
+	mb.t.Helper()
+	mb.m.Tick(now)
+	for i := 0; ; i++ {
+		if i > 100 {
+			mb.t.Fatalf("member never went idle")
+		}
+		rd := mb.m.Ready()
+		if rd.RoleChanged {
+			mb.out = append(mb.out, "role "+mb.m.Role().String())
+		}
+		for _, r := range rd.Responses {
+			mb.out = append(mb.out, core.DescribeResponse(r))
+		}
+		if len(rd.Work) == 0 {
+			return
+		}
+		for _, w := range rd.Work {
+			mb.out = append(mb.out, core.DescribeWork(w))
+			if w.Kind == core.WorkRecover {
+				st, err := exec.Recover(mb.ctx, mb.eng)
+				mb.m.Recovered(st, err)
+				continue
+			}
+			eff, out := exec.Run(mb.ctx, mb.eng, w)
+			mb.m.Report(w, eff, out)
+		}
+	}
+}
+
+func (mb *member) expect(want ...string) {
+	mb.t.Helper()
+	if want == nil {
+		want = []string{}
+	}
+	got := mb.out
+	if got == nil {
+		got = []string{}
+	}
+	if !slices.Equal(got, want) {
+		mb.t.Fatalf("member outputs:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+	}
+	mb.out = nil
+}
+
+func TestMemberLeadership(t *testing.T) {
+	eng := memkv.New()
+	cfg := core.MemberConfig{ID: "n1", Addr: "h1", Lease: 3 * time.Second, EngineDeadline: time.Second}
+	a := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
+	b := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(core.MemberConfig{ID: "n2", Addr: "h2", Lease: 3 * time.Second, EngineDeadline: time.Second})}
+
+	a.step(0)
+	a.expect("elect observe")
+	a.step(0)
+	a.expect("elect n1 term=1 deadline=3s", "recover", "role leader")
+	if a.m.Node() == nil || a.m.Term() != 1 || a.m.Role() != core.Leader {
+		t.Fatalf("a: %s", core.DescribeMember(a.m))
+	}
+	if rec, ok := a.m.Leader(); !ok || rec.Holder != "n1" || rec.Addr != "h1" {
+		t.Fatalf("Leader() = %+v, %v", rec, ok)
+	}
+
+	b.step(0)
+	b.expect("elect observe")
+	if b.m.Node() != nil {
+		t.Fatalf("a follower has a node")
+	}
+	if rec, ok := b.m.Leader(); !ok || rec.Holder != "n1" {
+		t.Fatalf("b believes in %+v, %v", rec, ok)
+	}
+
+	// The leader serves writes through its node.
+	a.m.Node().Propose(1, putOp("a", "1"))
+	a.step(500 * time.Millisecond)
+	a.expect(`work r1 req1 put "a"="1"`, "resp req1 r1")
+	if got := core.DescribeMember(a.m); got != "n1 leader term=1 C=1 inflight=0" {
+		t.Fatalf("DescribeMember = %q", got)
+	}
+
+	// Renewal keeps the lease ahead of the clock.
+	a.step(time.Second)
+	a.expect("elect n1 term=1 deadline=4s")
+
+	// Handing over drains, then writes the successor's record.
+	if err := b.m.Transfer("n1", "h1"); !errors.Is(err, core.ErrNotLeader) {
+		t.Fatalf("a follower transferred: %v", err)
+	}
+	if err := a.m.Transfer("n2", "h2"); err != nil {
+		t.Fatal(err)
+	}
+	a.m.Node().Propose(2, putOp("b", "1"))
+	a.step(1100 * time.Millisecond)
+	a.expect(`resp req2 err="etcdserver: not leader"`, "elect n2 term=2 deadline=4.1s", "role follower")
+
+	// The successor takes over without waiting the old lease out.
+	b.m.Refresh()
+	b.step(1200 * time.Millisecond)
+	b.expect("elect observe")
+	b.step(1250 * time.Millisecond)
+	b.expect("recover", "role leader")
+	if b.m.Node().Committed() != 1 || b.m.Term() != 2 {
+		t.Fatalf("b: %s", core.DescribeMember(b.m))
+	}
+
+	// The old leader, now a follower, sees n2 and does not campaign.
+	a.m.Refresh()
+	a.step(1300 * time.Millisecond)
+	a.expect("elect observe")
+
+	// b stops renewing (its clock jumps past the lease) and steps down.
+	b.step(10 * time.Second)
+	b.expect("role follower")
+
+	// a campaigns once n2's lease is over for sure.
+	a.step(10 * time.Second)
+	a.expect("elect n1 term=3 deadline=13s", "recover", "role leader")
+}
