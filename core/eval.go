@@ -50,14 +50,14 @@ type Effects struct {
 func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	switch w.Kind {
 	case WorkFence:
-		return evaluateFence(rd, w.Rev)
+		return evaluateFence(rd, w.Rev, w.Term)
 	case WorkElect:
 		return evaluateElect(rd, w.Elect)
 	case WorkRequest:
 	default:
 		return nil, ErrEmptyRequest
 	}
-	tx := &txnEval{rd: rd, rev: w.Rev, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
+	tx := &txnEval{rd: rd, rev: w.Rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
 	var (
 		resp *pb.ResponseOp
 		err  error
@@ -94,7 +94,7 @@ func isRequestError(err error) bool {
 // evaluateFence resolves an uncertain revision: if its record is in the
 // engine it was applied; otherwise the fence writes a Fenced record, which
 // makes any delayed copy of the original transaction conflict.
-func evaluateFence(rd Reader, rev int64) (*Effects, error) {
+func evaluateFence(rd Reader, rev, term int64) (*Effects, error) {
 	v, ok, err := rd.Get(RevisionKey(rev))
 	if err != nil {
 		return nil, err
@@ -104,9 +104,9 @@ func evaluateFence(rd Reader, rev int64) (*Effects, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Effects{Applied: !rec.Fenced}, nil
+		return &Effects{Applied: !rec.Fenced && rec.Term == term}, nil
 	}
-	fenced := AppendRevisionRecord(nil, &RevisionRecord{Fenced: true})
+	fenced := AppendRevisionRecord(nil, &RevisionRecord{Fenced: true, Term: term})
 	return &Effects{Writes: []Write{{Key: RevisionKey(rev), Value: fenced}}}, nil
 }
 
@@ -120,7 +120,7 @@ type entry struct {
 
 type txnEval struct {
 	rd                   Reader
-	rev                  int64
+	rev, term            int64
 	serial               bool
 	committed, compacted int64
 	cache                map[string]*entry
@@ -168,7 +168,7 @@ func (tx *txnEval) discard() {
 // revision record.
 func (tx *txnEval) writes() []Write {
 	ws := make([]Write, 0, 2*len(tx.order)+1)
-	rr := RevisionRecord{Events: make([]RevisionEvent, 0, len(tx.events))}
+	rr := RevisionRecord{Term: tx.term, Events: make([]RevisionEvent, 0, len(tx.events))}
 	for _, ev := range tx.events {
 		rr.Events = append(rr.Events, RevisionEvent{Delete: ev.Type == mvccpb.DELETE, Key: ev.Kv.Key})
 	}

@@ -38,6 +38,11 @@ func newScene(t *testing.T, cfg core.Config) *scene {
 	if err != nil {
 		t.Fatalf("recover an empty engine: %v", err)
 	}
+	if st.Committed != 1 {
+		t.Fatalf("an empty engine is at revision %d, want 1 as in etcd", st.Committed)
+	}
+	// The scenarios count revisions from 1 for readability.
+	st.Committed = 0
 	s.node = core.NewNode(cfg, st)
 	return s
 }
@@ -946,8 +951,8 @@ func TestMemberLeadership(t *testing.T) {
 	// The leader serves writes through its node.
 	a.m.Node().Propose(1, putOp("a", "1"))
 	a.step(500 * time.Millisecond)
-	a.expect(`work r1 req1 put "a"="1"`, "resp req1 r1")
-	if got := core.DescribeMember(a.m); got != "n1 leader term=1 C=1 inflight=0" {
+	a.expect(`work r2 req1 put "a"="1"`, "resp req1 r2") // revision 1 is the empty store
+	if got := core.DescribeMember(a.m); got != "n1 leader term=1 C=2 inflight=0" {
 		t.Fatalf("DescribeMember = %q", got)
 	}
 
@@ -972,7 +977,7 @@ func TestMemberLeadership(t *testing.T) {
 	b.expect("elect observe")
 	b.step(1250 * time.Millisecond)
 	b.expect("recover", "role leader")
-	if b.m.Node().Committed() != 1 || b.m.Term() != 2 {
+	if b.m.Node().Committed() != 2 || b.m.Term() != 2 {
 		t.Fatalf("b: %s", core.DescribeMember(b.m))
 	}
 

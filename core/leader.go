@@ -384,7 +384,9 @@ func (m *Member) Recovered(st State, err error) {
 		m.stepDown("lease ran out while recovering")
 		return
 	}
-	m.node = NewNode(m.cfg.Node, st)
+	cfg := m.cfg.Node
+	cfg.Term = m.term
+	m.node = NewNode(cfg, st)
 	m.node.Tick(m.now)
 	m.role = Leader
 	m.ready.RoleChanged = true

@@ -39,10 +39,21 @@ type LeaseState struct {
 }
 
 type lease struct {
-	id, ttl  int64
-	expiry   time.Duration // on the driver's clock; 0 until first Tick
-	revoking bool
-	keys     map[string]struct{}
+	id, ttl int64
+	expiry  time.Duration // on the driver's clock; 0 until first Tick
+	// busy: a grant or revoke of the lease is in flight. Requests that
+	// use the lease meanwhile are parked until it ends, so that their
+	// answer is ordered after it.
+	busy   bool
+	parked []parkedRequest
+	keys   map[string]struct{}
+}
+
+// parkedRequest waits for a lease's grant or revoke to end.
+type parkedRequest struct {
+	id     RequestID
+	req    *pb.RequestOp // a write using the lease; nil for a revoke
+	revoke int64         // the lease a parked revoke asks for
 }
 
 type leases struct {
@@ -62,8 +73,12 @@ func newLeases(st []LeaseState) leases {
 	return ls
 }
 
+// live reports whether a lease may be used now: granted and not being
+// revoked.
+func (l *lease) live() bool { return !l.busy }
+
 func (ls *leases) live(id int64) *lease {
-	if l := ls.byID[id]; l != nil && !l.revoking {
+	if l := ls.byID[id]; l != nil && !l.busy {
 		return l
 	}
 	return nil
@@ -104,15 +119,39 @@ func leasesUsed(op *pb.RequestOp, out []int64) []int64 {
 }
 
 // checkLeases fails a request that attaches keys to a lease the node does
-// not hold or is revoking. The leader's table is authoritative: a revoke
-// is dealt after every put it must see, and marks the lease at once.
-func (n *Node) checkLeases(op *pb.RequestOp) error {
+// not hold, and returns the busy lease it must wait for, if any. The
+// leader's table is authoritative: a revoke is dealt after every put it
+// must see, and marks the lease busy at once.
+func (n *Node) checkLeases(op *pb.RequestOp) (*lease, error) {
 	for _, id := range leasesUsed(op, nil) {
-		if n.leases.live(id) == nil {
-			return ErrLeaseNotFound
+		l := n.leases.byID[id]
+		switch {
+		case l == nil:
+			return nil, ErrLeaseNotFound
+		case l.busy:
+			return l, nil
 		}
 	}
-	return nil
+	return nil, nil
+}
+
+// unpark lets a lease's parked requests go on once its grant or revoke
+// ended; gone says the lease no longer exists.
+func (n *Node) unpark(l *lease, gone bool) {
+	parked := l.parked
+	l.parked = nil
+	for _, p := range parked {
+		switch {
+		case p.req == nil && gone:
+			n.respond(p.id, ErrLeaseNotFound)
+		case p.req == nil:
+			n.Revoke(p.id, p.revoke)
+		case gone:
+			n.respond(p.id, ErrLeaseNotFound)
+		default:
+			n.Propose(p.id, p.req)
+		}
+	}
 }
 
 // Grant asks to create a lease of ttl seconds; id 0 lets the node pick
@@ -140,18 +179,24 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	n.deal(w)
 	// Reserve the ID so a second grant of it fails; the lease becomes
 	// usable when the grant commits.
-	n.leases.byID[w.Lease.ID] = &lease{id: w.Lease.ID, ttl: ttl, revoking: true, keys: map[string]struct{}{}}
+	n.leases.byID[w.Lease.ID] = &lease{id: w.Lease.ID, ttl: ttl, busy: true, keys: map[string]struct{}{}}
 }
 
 // Revoke asks to revoke a lease and delete its keys in one revision.
 // id 0 is an expiry: no client waits for it.
 func (n *Node) Revoke(id RequestID, leaseID int64) {
-	l := n.leases.live(leaseID)
-	if l == nil {
+	l := n.leases.byID[leaseID]
+	switch {
+	case l == nil:
 		n.respond(id, ErrLeaseNotFound)
 		return
+	case l.busy && id == 0:
+		return // already going
+	case l.busy:
+		l.parked = append(l.parked, parkedRequest{id: id, revoke: leaseID})
+		return
 	}
-	l.revoking = true
+	l.busy = true
 	n.deal(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true})
 }
 
@@ -188,7 +233,7 @@ func (n *Node) TimeToLive(leaseID int64, now time.Duration) (LeaseInfo, error) {
 func (n *Node) Leases() []int64 {
 	ids := make([]int64, 0, len(n.leases.byID))
 	for id, l := range n.leases.byID {
-		if !l.revoking {
+		if l.live() {
 			ids = append(ids, id)
 		}
 	}
@@ -203,7 +248,7 @@ func (n *Node) Tick(now time.Duration) {
 	n.leases.now = now
 	var expired []int64
 	for id, l := range n.leases.byID {
-		if l.revoking {
+		if l.busy {
 			continue
 		}
 		if l.expiry == 0 {
@@ -221,25 +266,33 @@ func (n *Node) Tick(now time.Duration) {
 
 // commitLease applies a committed lease revision to the table.
 func (n *Node) commitLease(op *LeaseOp) {
-	if op.Revoke {
-		delete(n.leases.byID, op.ID)
+	l := n.leases.byID[op.ID]
+	if l == nil {
 		return
 	}
-	if l := n.leases.byID[op.ID]; l != nil {
-		l.revoking = false
-		l.expiry = n.leases.now + time.Duration(l.ttl)*time.Second
+	if op.Revoke {
+		delete(n.leases.byID, op.ID)
+		n.unpark(l, true)
+		return
 	}
+	l.busy = false
+	l.expiry = n.leases.now + time.Duration(l.ttl)*time.Second
+	n.unpark(l, false)
 }
 
 // abandonLease undoes a grant that failed for good.
 func (n *Node) abandonLease(op *LeaseOp) {
+	l := n.leases.byID[op.ID]
+	if l == nil {
+		return
+	}
 	if op.Revoke {
-		if l := n.leases.byID[op.ID]; l != nil {
-			l.revoking = false
-		}
+		l.busy = false
+		n.unpark(l, false)
 		return
 	}
 	delete(n.leases.byID, op.ID)
+	n.unpark(l, true)
 }
 
 func (n *Node) respond(id RequestID, err error) {

@@ -2,12 +2,15 @@ package core
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
+
+var errCatchUpFailed = errors.New("core: catch-up read failed")
 
 // RequestID names a client request across its attempts; the driver picks
 // it and gets it back with the response.
@@ -50,6 +53,8 @@ type Work struct {
 	// Attempt counts earlier attempts of the same request or fence; the
 	// driver backs off by it.
 	Attempt int
+	// Term of the leader that dealt it (stored in revision records).
+	Term int64
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
 	From, To int64
@@ -108,6 +113,8 @@ type Config struct {
 	// MinLeaseTTL is the smallest lease TTL granted, in seconds (etcd
 	// derives it from its election timeout; default 2).
 	MinLeaseTTL int64
+	// Term is the leadership term the node deals in (Member sets it).
+	Term int64
 }
 
 func (c Config) withDefaults() Config {
@@ -187,7 +194,7 @@ func NewNode(cfg Config, st State) *Node {
 		compacted: st.Compacted,
 		slots:     make(map[int64]*slot),
 		ring:      NewRing(cfg.RingSize, st.Committed+1),
-		watch:     newWatchers(),
+		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
 	}
 }
@@ -225,11 +232,16 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	if n.draining {
 		err = ErrNotLeader
 	}
+	var busy *lease
 	if err == nil {
-		err = n.checkLeases(req)
+		busy, err = n.checkLeases(req)
 	}
 	if err != nil {
 		n.respond(id, err)
+		return
+	}
+	if busy != nil {
+		busy.parked = append(busy.parked, parkedRequest{id: id, req: req})
 		return
 	}
 	n.deal(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req)})
@@ -257,7 +269,7 @@ func (n *Node) validate(req *pb.RequestOp) error {
 // deal gives w the next revision and hands it to the driver, or holds it
 // if it is serial and earlier revisions are not final yet.
 func (n *Node) deal(w *Work) {
-	w.Rev = n.next
+	w.Rev, w.Term = n.next, n.cfg.Term
 	n.next++
 	w.Committed, w.Compacted = n.committed, n.compacted
 	s := &slot{state: slotRunning, work: w}
@@ -295,6 +307,10 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 		n.reportFence(w, eff, out)
 	case WorkCompact:
 		n.reportCompact(w, out)
+	case WorkCatchUp:
+		// Only a failed read is reported this way; CatchUpDone takes
+		// the events of a successful one.
+		n.CatchUpDone(w, nil, 0, errCatchUpFailed)
 	}
 	n.advance()
 }
@@ -312,7 +328,7 @@ func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
 		s.state, s.eff = slotApplied, eff
 	case out == Uncertain && eff != nil:
 		s.state, s.eff = slotUncertain, eff
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: w.Rev, ID: w.ID})
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: w.Rev, Term: w.Term, ID: w.ID})
 	default:
 		s.state = slotNoop
 		n.retry(w)
@@ -332,7 +348,7 @@ func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
 		n.retry(s.work)
 	default:
 		// The fence itself failed: fence again, later.
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: f.Rev, ID: f.ID, Attempt: f.Attempt + 1})
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: f.Rev, Term: f.Term, ID: f.ID, Attempt: f.Attempt + 1})
 	}
 }
 
@@ -346,8 +362,13 @@ func (n *Node) retry(w *Work) {
 		return
 	}
 	if w.Request != nil {
-		if err := n.checkLeases(w.Request); err != nil {
+		busy, err := n.checkLeases(w.Request)
+		if err != nil {
 			n.respond(w.ID, err) // a lease it uses was revoked meanwhile
+			return
+		}
+		if busy != nil {
+			busy.parked = append(busy.parked, parkedRequest{id: w.ID, req: w.Request})
 			return
 		}
 	}
@@ -429,6 +450,7 @@ func (n *Node) reportCompact(w *Work, out Outcome) {
 	}
 	if w.Rev > n.compacted {
 		n.compacted = w.Rev
+		n.watch.compactRev = w.Rev
 		n.ring.Compact(w.Rev)
 		n.watch.compacted(n.compacted, &n.ready)
 	}

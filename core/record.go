@@ -84,6 +84,10 @@ func (rec *Record) keyValue(key []byte) *mvccpb.KeyValue {
 // Fenced one so that a delayed copy of the transaction conflicts.
 type RevisionRecord struct {
 	Fenced bool
+	// Term of the leader that dealt the revision: after a leader change
+	// a revision number that ended as a no-op may be dealt again, and
+	// the term tells whose write the record is.
+	Term int64
 	// Events lists the keys the revision changed, in event order.
 	Events []RevisionEvent
 }
@@ -102,9 +106,10 @@ const (
 // AppendRevisionRecord appends the encoding of rec to dst.
 func AppendRevisionRecord(dst []byte, rec *RevisionRecord) []byte {
 	if rec.Fenced {
-		return append(dst, revFenced)
+		return binary.AppendUvarint(append(dst, revFenced), uint64(rec.Term))
 	}
 	dst = append(dst, revApplied)
+	dst = binary.AppendUvarint(dst, uint64(rec.Term))
 	dst = binary.AppendUvarint(dst, uint64(len(rec.Events)))
 	for _, ev := range rec.Events {
 		op := byte(mvccpb.PUT)
@@ -124,18 +129,22 @@ func DecodeRevisionRecord(b []byte) (RevisionRecord, error) {
 	if len(b) == 0 {
 		return rec, ErrBadRecord
 	}
-	switch b[0] {
-	case revFenced:
-		if len(b) != 1 {
-			return rec, ErrBadRecord
-		}
-		rec.Fenced = true
-		return rec, nil
-	case revApplied:
-	default:
+	if b[0] != revFenced && b[0] != revApplied {
 		return rec, ErrBadRecord
 	}
-	b = b[1:]
+	rec.Fenced = b[0] == revFenced
+	term, k := binary.Uvarint(b[1:])
+	if k <= 0 {
+		return rec, ErrBadRecord
+	}
+	rec.Term = int64(term)
+	b = b[1+k:]
+	if rec.Fenced {
+		if len(b) != 0 {
+			return RevisionRecord{}, ErrBadRecord
+		}
+		return rec, nil
+	}
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return rec, ErrBadRecord

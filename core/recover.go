@@ -30,6 +30,9 @@ func Recover(rd Reader) (State, error) {
 		}
 		st.Compacted = int64(binary.BigEndian.Uint64(v))
 	}
+	// etcd starts at revision 1 before any write; the apiserver rejects
+	// a list at revision 0.
+	st.Committed = max(st.Committed, 1)
 	if st.Leases, err = recoverLeases(rd); err != nil {
 		return State{}, err
 	}

@@ -43,12 +43,15 @@ type watcher struct {
 }
 
 type watchers struct {
-	byID  map[WatchID]*watcher
-	list  []*watcher // in registration order, for deterministic output
-	dirty []*watcher // with a pending response, in first-touch order
+	compactRev int64 // events with a compacted previous revision lose prev_kv
+	byID       map[WatchID]*watcher
+	list       []*watcher // in registration order, for deterministic output
+	dirty      []*watcher // with a pending response, in first-touch order
 }
 
-func newWatchers() watchers { return watchers{byID: make(map[WatchID]*watcher)} }
+func newWatchers(compacted int64) watchers {
+	return watchers{compactRev: compacted, byID: make(map[WatchID]*watcher)}
+}
 
 func (w *watcher) matches(ev *mvccpb.Event) bool {
 	if (w.NoPut && ev.Type == mvccpb.PUT) || (w.NoDelete && ev.Type == mvccpb.DELETE) {
@@ -57,7 +60,8 @@ func (w *watcher) matches(ev *mvccpb.Event) bool {
 	return span{w.Key, w.End}.contains(ev.Kv.Key)
 }
 
-// add queues events of one revision for w, whole or not at all.
+// add queues events of one revision for w, whole or not at all. Like
+// etcd, an event whose previous revision is compacted has no prev_kv.
 func (ws *watchers) add(w *watcher, rev int64, events []Event) {
 	if w.pending == nil {
 		w.pending = &WatchResponse{ID: w.ID}
@@ -68,7 +72,7 @@ func (ws *watchers) add(w *watcher, rev int64, events []Event) {
 			continue
 		}
 		e := ev.Event
-		if !w.PrevKV && e.PrevKv != nil {
+		if e.PrevKv != nil && (!w.PrevKV || rev-1 < ws.compactRev) {
 			e = &mvccpb.Event{Type: e.Type, Kv: e.Kv}
 		}
 		w.pending.Events = append(w.pending.Events, e)

@@ -58,8 +58,13 @@ type call struct {
 
 // attempt is one revision a call was committed at (maybe uncertainly).
 type attempt struct {
-	rev int64
-	eff *core.Effects
+	rev   int64
+	term  int64
+	eff   *core.Effects
+	lease leaseReply // a grant's lease
+	// by bounds when it took effect: its commit call, plus the longest a
+	// delayed apply may take.
+	by time.Duration
 }
 
 type clientKind uint8

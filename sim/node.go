@@ -92,6 +92,10 @@ func (n *node) on(d time.Duration, what string, fn func()) {
 			n.w.after(n.pausedUntil-n.w.now, what, run)
 			return
 		}
+		// The member sees the clock before anything else happens: a
+		// leader whose lease ran out (say, during a pause) must step
+		// down before it hands out more engine work.
+		n.member.Tick(n.clock())
 		fn()
 	}
 	n.w.after(d, what, run)
@@ -99,7 +103,6 @@ func (n *node) on(d time.Duration, what string, fn func()) {
 
 func (n *node) tick() {
 	n.on(tickEvery, "tick", func() {
-		n.member.Tick(n.clock())
 		n.process()
 		n.tick()
 	})
@@ -130,6 +133,12 @@ func (n *node) process() {
 	}
 	if rd.RoleChanged {
 		n.w.note("%s role %s term=%d", n.id(), n.member.Role(), n.member.Term())
+		if rec, ok := n.member.Leader(); ok && rec.Transfer && rec.Holder != n.id() {
+			// Tell the successor at once rather than let it notice.
+			if to := n.leader(); to != nil {
+				n.w.send(n, to, "transfer", func() { to.member.Refresh(); to.process() })
+			}
+		}
 		if n.member.Role() != core.Leader {
 			n.waiters = map[core.RequestID]*call{}
 			for id, sub := range n.subs {
@@ -194,9 +203,16 @@ func (n *node) runWork(wk *core.Work) {
 		before := mtx.Delay()
 		err := txn.Commit(ctx)
 		out := exec.Outcome(err)
+		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
+			n.w.expiryAttempts = append(n.w.expiryAttempts, attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter})
+		}
 		if wk.Kind == core.WorkRequest && out != core.NotApplied {
 			if c := n.calls[wk.ID]; c != nil {
-				c.attempts = append(c.attempts, attempt{rev: wk.Rev, eff: eff})
+				a := attempt{rev: wk.Rev, term: wk.Term, eff: eff, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
+				if wk.Lease != nil {
+					a.lease = leaseReply{id: wk.Lease.ID, ttl: wk.Lease.TTL}
+				}
+				c.attempts = append(c.attempts, a)
 			}
 		}
 		n.on(mtx.Delay()-before, "committed", func() { n.finish(wk, eff, out, err) })

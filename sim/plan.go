@@ -21,6 +21,9 @@ type Config struct {
 	BreakDrift bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
+	// Porcupine also runs porcupine's search over the history (slow on
+	// long histories; the revision-order witness check always runs).
+	Porcupine bool
 }
 
 func (c Config) withDefaults() Config {

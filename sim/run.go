@@ -16,6 +16,7 @@ func Run(cfg Config) Result {
 	cfg = cfg.withDefaults()
 	w := newWorld(cfg)
 	w.plan = drawPlan(w)
+	debugWorld = w
 	w.eng.SetInjector(memkv.NewRandomInjector(w.rng, w.plan.Engine))
 	for i := range cfg.Nodes {
 		n := newNode(w, i)
@@ -224,8 +225,9 @@ func (w *World) committedEvents() ([]core.Event, error) {
 	return evs, err
 }
 
-// appliedRevision reports whether revision rev is applied in the engine.
-func (w *World) appliedRevision(rev int64) (bool, error) {
+// appliedRevision reports whether revision rev, as dealt in term, is
+// applied in the engine.
+func (w *World) appliedRevision(rev, term int64) (bool, error) {
 	txn, err := w.eng.Begin(context.Background())
 	if err != nil {
 		return false, err
@@ -239,5 +241,7 @@ func (w *World) appliedRevision(rev int64) (bool, error) {
 		return false, err
 	}
 	rec, err := core.DecodeRevisionRecord(v)
-	return err == nil && !rec.Fenced, err
+	return err == nil && !rec.Fenced && rec.Term == term, err
 }
+
+var debugWorld *World

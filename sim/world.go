@@ -58,6 +58,8 @@ type World struct {
 	// violation is the first invariant broken inside a node.
 	violation error
 	expiries  []expiry
+	// expiryAttempts are lease expiries committed, maybe uncertainly.
+	expiryAttempts []attempt
 }
 
 func newWorld(cfg Config) *World {

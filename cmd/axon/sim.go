@@ -54,8 +54,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	return s
 }
 
-// report writes a failing seed's trace and visualisation.
-func report(cmd *cobra.Command, f simFlags, r sim.Result) {
+// report writes a failing seed's trace and, with html, porcupine's
+// visualisation (its search can take a while on long histories).
+func report(cmd *cobra.Command, f simFlags, r sim.Result, html bool) {
 	dir := filepath.Join(f.outDir, fmt.Sprintf("seed-%d", r.Seed))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
@@ -72,7 +73,7 @@ func report(cmd *cobra.Command, f simFlags, r sim.Result) {
 	_ = os.WriteFile(trace, b, 0o644)
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "  trace: %s\n", trace)
-	if full.Visualize != nil {
+	if html && full.Visualize != nil {
 		html := filepath.Join(dir, "history.html")
 		if err := full.Visualize(html); err == nil {
 			fmt.Fprintf(out, "  history: %s\n", html)
@@ -85,7 +86,7 @@ func simOne(cmd *cobra.Command, f simFlags) error {
 	r := sim.Run(sim.Config{Seed: f.seed, Ops: f.ops, BreakDrift: f.breakDrift})
 	fmt.Fprintln(cmd.OutOrStdout(), r.Line())
 	if r.Err != nil {
-		report(cmd, f, r)
+		report(cmd, f, r, true)
 		return fmt.Errorf("seed %d failed", f.seed)
 	}
 	return nil
@@ -140,7 +141,7 @@ func simSwarm(cmd *cobra.Command, f simFlags) error {
 			break
 		}
 		fmt.Fprintln(out, r.Line())
-		report(cmd, f, r)
+		report(cmd, f, r, false)
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("%d of %d seeds failed", len(failures), f.seeds)
