@@ -57,7 +57,7 @@ func newClient(t testing.TB, endpoint string) *kubernetes.Client {
 
 // startAxon runs an Axon server over Badger in a fresh directory on a
 // loopback port chosen by the OS.
-func startAxon(t testing.TB, _ backendOptions) *kubernetes.Client {
+func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 	t.Helper()
 	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
 	if err != nil {
@@ -65,7 +65,7 @@ func startAxon(t testing.TB, _ backendOptions) *kubernetes.Client {
 	}
 	srv, err := server.New(server.Config{
 		MemberID: 1, ClusterID: 2, Name: "conformance", Core: core.Config{},
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval,
 	}, eng)
 	if err != nil {
 		eng.Close()

@@ -328,9 +328,12 @@ func TestLateWriteIsDealtAgain(t *testing.T) {
 	s.out = nil
 	s.runRev(2)
 	s.expect()
-	// r1 finds a touched by r2: its revision is abandoned.
+	// r1 finds a touched by r2: its revision is abandoned, and marked
+	// by a fence before C may pass it.
 	s.runRev(1)
-	s.expect(`work r3 req1 put "a"="1" attempt=1`, "resp req2 r2")
+	s.expect("fence r1 req1 attempt=0", `work r3 req1 put "a"="1" attempt=1`)
+	s.run(s.take(core.WorkFence, 1))
+	s.expect("resp req2 r2")
 	s.runRev(3)
 	s.expect("resp req1 r3")
 	got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
@@ -347,7 +350,7 @@ func TestRetriesAreBounded(t *testing.T) {
 	s.collect()
 	s.out = nil
 	s.node.Report(s.take(core.WorkRequest, 2), nil, core.NotApplied)
-	s.expect(`resp req1 err="core: request retried too often; engine keeps failing"`)
+	s.expect("fence r2 req1 attempt=0", `resp req1 err="core: request retried too often; engine keeps failing"`)
 	// A report of work the node no longer tracks is ignored.
 	s.node.Report(&core.Work{Kind: core.WorkRequest, Rev: 2}, nil, core.Committed)
 	s.expect()

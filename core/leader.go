@@ -279,7 +279,7 @@ func (m *Member) Tick(now time.Duration) {
 		switch r := m.record; {
 		case !m.known:
 			m.elect(&ElectOp{Observe: true})
-		case r != nil && r.Holder == m.cfg.ID && r.Transfer:
+		case r != nil && r.Holder == m.cfg.ID && r.Transfer && now < r.Deadline-m.cfg.MaxDrift:
 			m.startRecovery(r)
 		case r == nil || now > r.Deadline+m.cfg.EngineDeadline+m.cfg.MaxDrift:
 			var term int64

@@ -160,6 +160,9 @@ type slot struct {
 	state slotState
 	work  *Work
 	eff   *Effects // evaluation result, kept while uncertain
+	// retried: the request already went on under a new revision; the
+	// fence only marks this one.
+	retried bool
 }
 
 // Node is the pure state machine of one Axon leader: it deals revisions,
@@ -321,18 +324,25 @@ func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
 		return // a stale or duplicated report
 	}
 	switch {
-	case eff != nil && eff.Late:
-		s.state = slotNoop
-		n.retry(w)
-	case out == Committed && eff != nil:
+	case out == Committed && eff != nil && !eff.Late:
 		s.state, s.eff = slotApplied, eff
-	case out == Uncertain && eff != nil:
+	case out == Uncertain && eff != nil && !eff.Late:
 		s.state, s.eff = slotUncertain, eff
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: w.Rev, Term: w.Term, ID: w.ID})
+		n.fence(w, 0)
 	default:
-		s.state = slotNoop
+		// Definitely not applied: deal the request again now, but keep
+		// C below this revision until a fence marks it durably. A new
+		// leader starts above the highest revision stored; were a no-op
+		// C passed left unmarked, it could deal that revision again and
+		// change history a reader has seen.
+		s.state, s.retried = slotUncertain, true
+		n.fence(w, 0)
 		n.retry(w)
 	}
+}
+
+func (n *Node) fence(w *Work, attempt int) {
+	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: w.Rev, Term: w.Term, ID: w.ID, Attempt: attempt})
 }
 
 func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
@@ -341,14 +351,16 @@ func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
 		return
 	}
 	switch {
-	case out == Committed && eff != nil && eff.Applied:
+	case out == Committed && eff != nil && eff.Applied && s.eff != nil:
 		s.state = slotApplied
 	case out == Committed && eff != nil:
 		s.state = slotNoop
-		n.retry(s.work)
+		if !s.retried {
+			n.retry(s.work)
+		}
 	default:
 		// The fence itself failed: fence again, later.
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkFence, Rev: f.Rev, Term: f.Term, ID: f.ID, Attempt: f.Attempt + 1})
+		n.fence(f, f.Attempt+1)
 	}
 }
 

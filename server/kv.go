@@ -89,6 +89,27 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	return resp, nil
 }
 
+// rangeStreamChunk bounds the key-values one RangeStream message holds.
+const rangeStreamChunk = 1000
+
+// RangeStream answers a range in chunks (etcd 3.7): the chunks' kvs in
+// order are the whole result; header, more and count come last.
+func (k kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	resp, err := k.Range(stream.Context(), r)
+	if err != nil {
+		return err
+	}
+	kvs := resp.Kvs
+	for len(kvs) > rangeStreamChunk {
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Kvs: kvs[:rangeStreamChunk]}}); err != nil {
+			return err
+		}
+		kvs = kvs[rangeStreamChunk:]
+	}
+	resp.Kvs = kvs
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+}
+
 func (k kvServer) write(ctx context.Context, op *pb.RequestOp) (*pb.ResponseOp, error) {
 	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
 	if err != nil {

@@ -19,6 +19,10 @@ type Config struct {
 	MemberID  uint64
 	ClusterID uint64
 	Name      string
+	// ProgressNotifyInterval is how often watches created with
+	// progress_notify get a progress notification (etcd's
+	// --experimental-watch-progress-notify-interval; default 10 minutes).
+	ProgressNotifyInterval time.Duration
 	// TickInterval is how often leases are checked for expiry.
 	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList.
@@ -52,6 +56,12 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ProgressNotifyInterval == 0 {
+		cfg.ProgressNotifyInterval = 10 * time.Minute
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 500 * time.Millisecond
+	}
 	txn, err := eng.Begin(context.Background())
 	if err != nil {
 		return nil, err
@@ -66,9 +76,6 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		cfg: cfg, eng: eng, log: cfg.Logger, node: core.NewNode(cfg.Core, st),
 		waiters: map[core.RequestID]chan core.Response{}, watches: map[core.WatchID]*watchStream{},
 		ctx: ctx, cancel: cancel, start: time.Now(),
-	}
-	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 500 * time.Millisecond
 	}
 	s.work.Add(1)
 	go s.tick(cfg.TickInterval)

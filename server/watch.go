@@ -25,6 +25,8 @@ type watchStream struct {
 	local  map[int64]core.WatchID // stream ID → node ID
 	remote map[core.WatchID]int64
 	nextID int64
+	// notify lists the node IDs of watches created with progress_notify.
+	notify map[core.WatchID]bool
 }
 
 // enqueue adds a response; called with s.mu held so order is the node's.
@@ -66,6 +68,33 @@ func (ws *watchStream) deliver(wr core.WatchResponse) {
 func (ws *watchStream) forget(id core.WatchID) {
 	delete(ws.local, ws.remote[id])
 	delete(ws.remote, id)
+	delete(ws.notify, id)
+}
+
+// notifyProgress sends each progress_notify watch that is synced an
+// empty response at the current revision, as etcd does every
+// --experimental-watch-progress-notify-interval.
+func (w watchServer) notifyProgress(ws *watchStream, done chan struct{}) {
+	every := w.s.cfg.ProgressNotifyInterval
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		w.s.step(func(n *core.Node) {
+			for gid := range ws.notify {
+				if rev, ok := n.Progress(gid); ok {
+					ws.enqueue(&pb.WatchResponse{Header: w.s.header(rev), WatchId: ws.remote[gid]})
+				}
+			}
+		})
+	}
 }
 
 type watchServer struct {
@@ -74,7 +103,7 @@ type watchServer struct {
 }
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
-	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}}
+	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}, notify: map[core.WatchID]bool{}}
 	done := make(chan struct{})
 	defer func() {
 		close(done)
@@ -87,6 +116,7 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	}()
 	errc := make(chan error, 1)
 	go func() { errc <- w.send(stream, ws, done) }()
+	go w.notifyProgress(ws, done)
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -156,6 +186,9 @@ func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {
 		w.s.nextW++
 		gid := w.s.nextW
 		ws.local[id], ws.remote[gid] = gid, id
+		if c.ProgressNotify {
+			ws.notify[gid] = true
+		}
 		w.s.watches[gid] = ws
 		ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true})
 		watch := core.Watch{ID: gid, Key: c.Key, End: c.RangeEnd, StartRev: c.StartRevision, PrevKV: c.PrevKv}

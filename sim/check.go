@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -127,7 +128,13 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 			return err
 		}
 	}
-	for rev, evs := range byRev {
+	revs := make([]int64, 0, len(byRev))
+	for rev := range byRev {
+		revs = append(revs, rev)
+	}
+	slices.Sort(revs)
+	for _, rev := range revs {
+		evs := byRev[rev]
 		if _, ok := seen[rev]; ok {
 			continue
 		}
@@ -172,9 +179,16 @@ func (w *World) record() *linearizability.Recorder {
 		id := rec.Call(cl.client.idx, in, int64(cl.start))
 		switch {
 		case cl.patched != nil:
-			// The engine applied it by this time: no need for +infinity.
+			// It took effect when a leader's commit point passed it: if a
+			// leader released its answer (lost on the way), by then;
+			// otherwise nobody knows when, and it returns at +infinity.
 			cl.lease = cl.patched.lease
-			rec.Return(id, historyOutput(cl, cl.patched.eff.Response, nil, cl.patched.rev), int64(max(cl.patched.by, cl.start)))
+			out := historyOutput(cl, cl.patched.eff.Response, nil, cl.patched.rev)
+			if cl.released > 0 {
+				rec.Return(id, out, int64(cl.released))
+			} else {
+				rec.Patch(id, out)
+			}
 		case cl.status == unknown && cl.in.kind == opCompact:
 			rec.Unknown(id) // a compaction leaves no revision record
 		case cl.status == unknown:

@@ -52,8 +52,9 @@ type call struct {
 	rev        int64
 	lease      leaseReply
 	err        error
-	attempts   []attempt // engine commits that may have applied it
-	patched    *attempt  // the attempt the engine shows applied
+	attempts   []attempt     // engine commits that may have applied it
+	patched    *attempt      // the attempt the engine shows applied
+	released   time.Duration // when a leader released its answer
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).

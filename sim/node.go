@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -72,11 +73,22 @@ func (n *node) crash() {
 	n.w.note("%s crash", n.id())
 	n.up = false
 	n.epoch++
-	for _, sub := range n.subs {
-		sub.c.watchBroken(sub.cw)
+	for _, id := range n.subIDs() {
+		n.subs[id].c.watchBroken(n.subs[id].cw)
 	}
 	n.subs = nil
 	n.waiters = nil
+}
+
+// subIDs lists the node's watches in order: map order must never leak
+// into the run, or a seed would not replay.
+func (n *node) subIDs() []core.WatchID {
+	ids := make([]core.WatchID, 0, len(n.subs))
+	for id := range n.subs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // on schedules fn on this node: dropped if the node crashed meanwhile,
@@ -125,6 +137,9 @@ func (n *node) process() {
 		}
 		if c := n.waiters[r.ID]; c != nil {
 			delete(n.waiters, r.ID)
+			if c.released == 0 {
+				c.released = n.w.now
+			}
 			n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
 		}
 	}
@@ -141,7 +156,8 @@ func (n *node) process() {
 		}
 		if n.member.Role() != core.Leader {
 			n.waiters = map[core.RequestID]*call{}
-			for id, sub := range n.subs {
+			for _, id := range n.subIDs() {
+				sub := n.subs[id]
 				delete(n.subs, id)
 				sub.c.watchBroken(sub.cw)
 			}
@@ -178,6 +194,9 @@ func (n *node) runWork(wk *core.Work) {
 	case core.WorkRecover:
 		st, err := core.Recover(storage.NewReader(txn))
 		txn.Rollback()
+		if err != nil {
+			n.w.note("%s recover failed: %v", n.id(), err)
+		}
 		n.on(mtx.Delay(), "recovered", func() {
 			n.member.Recovered(st, err)
 			n.process()

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -44,6 +45,7 @@ type serveFlags struct {
 	dataDir, name                                string
 	maxRequestBytes                              int
 	maxTxnOps                                    int
+	progressNotify                               time.Duration
 }
 
 func serveCmd() *cobra.Command {
@@ -61,6 +63,7 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
 	return cmd
 }
 
@@ -99,7 +102,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	srv, err := server.New(server.Config{
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, MemberID: 0x1a2b3c4d, ClusterID: 0xa1b2c3d4,
-		Name: f.name, ClientURLs: []string{adv}, Logger: log,
+		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
 	}, eng)
 	if err != nil {
 		return err
