@@ -3,7 +3,7 @@ GO        ?= go
 DATA_DIR  ?= ./axon.data
 FUZZTIME  ?= 20s
 
-.PHONY: run test bench fuzz lint build
+.PHONY: run test bench fuzz lint build conformance sim
 
 build:
 	$(GO) build -o bin/axon ./cmd/axon
@@ -14,16 +14,27 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	cd conformance && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The Kubernetes apiserver storage suite against Axon and embedded etcd.
+conformance:
+	cd conformance && $(GO) test -count=1 -v ./...
+
+# A swarm of simulator seeds (SEEDS=10000 for the full one).
+SEEDS ?= 1000
+sim: build
+	./bin/axon sim --seeds $(SEEDS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./storage/...
+	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./storage/... ./sim/...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzKeyRoundTrip -fuzztime $(FUZZTIME) ./fuzz
 	$(GO) test -run '^$$' -fuzz FuzzKeyOrder -fuzztime $(FUZZTIME) ./fuzz
 	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime $(FUZZTIME) ./fuzz
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./fuzz
 
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

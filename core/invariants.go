@@ -6,7 +6,7 @@ import "fmt"
 // tests call it after every step. It costs O(in-flight + ring).
 func (n *Node) Invariants() error {
 	if n.committed >= n.next {
-		return fmt.Errorf("C=%d not below next=%d", n.committed, n.next)
+		return fmt.Errorf("commit point r%d not below next revision r%d", n.committed, n.next)
 	}
 	if n.compacted > n.committed {
 		return fmt.Errorf("compacted %d above C=%d", n.compacted, n.committed)

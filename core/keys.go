@@ -174,21 +174,6 @@ func latestBounds(key, end []byte) (lower, upper []byte) {
 	return lower, upper
 }
 
-// historyBounds is latestBounds for history records (all revisions).
-func historyBounds(key, end []byte) (lower, upper []byte) {
-	lower = appendEscaped(spacePrefix(spaceHistory), key)
-	switch {
-	case len(end) == 0:
-		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), ^uint64(0))
-		upper = append(upper, 0)
-	case len(end) == 1 && end[0] == 0:
-		upper = spacePrefix(spaceHistory + 1)
-	default:
-		upper = appendEscaped(spacePrefix(spaceHistory), end)
-	}
-	return lower, upper
-}
-
 // keyHistoryBounds is the engine range of key's history records with
 // revisions in [from, to).
 func keyHistoryBounds(key []byte, from, to int64) (lower, upper []byte) {

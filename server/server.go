@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -171,4 +170,3 @@ func (s *Server) snapshot(ctx context.Context) (storage.Txn, int64, int64, error
 	return txn, c, compacted, nil
 }
 
-var errUnavailable = errors.New("etcdserver: storage engine unavailable")

@@ -16,7 +16,6 @@ func Run(cfg Config) Result {
 	cfg = cfg.withDefaults()
 	w := newWorld(cfg)
 	w.plan = drawPlan(w)
-	debugWorld = w
 	w.eng.SetInjector(memkv.NewRandomInjector(w.rng, w.plan.Engine))
 	for i := range cfg.Nodes {
 		n := newNode(w, i)
@@ -244,4 +243,3 @@ func (w *World) appliedRevision(rev, term int64) (bool, error) {
 	return err == nil && !rec.Fenced && rec.Term == term, err
 }
 
-var debugWorld *World

@@ -84,3 +84,19 @@ func TestBrokenDriftIsCaught(t *testing.T) {
 	}
 	t.Logf("%d of 100 seeds with broken drift failed, e.g. %s", len(fails), fails[0].Line())
 }
+
+// BenchmarkSeed measures whole seeds (1,000 client operations, faults,
+// heal, every check): seeds per minute and client operations per second.
+func BenchmarkSeed(b *testing.B) {
+	ops := 0
+	for i := 0; i < b.N; i++ {
+		r := Run(Config{Seed: uint64(i + 1), Ops: 1000})
+		if r.Err != nil {
+			b.Fatal(r.Line())
+		}
+		ops += r.Ops
+	}
+	el := b.Elapsed()
+	b.ReportMetric(float64(b.N)/el.Minutes(), "seeds/min")
+	b.ReportMetric(float64(ops)/el.Seconds(), "ops/s")
+}

@@ -735,7 +735,7 @@ func testStartTS(t *testing.T, e storage.Engine) {
 	if a.StartTS() > b.StartTS() {
 		t.Errorf("StartTS went back without commits: %d then %d", a.StartTS(), b.StartTS())
 	}
-	if a.StartTS() != a.StartTS() {
+	if ts := a.StartTS(); a.StartTS() != ts {
 		t.Errorf("StartTS not stable")
 	}
 	a.Rollback()
