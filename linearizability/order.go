@@ -216,10 +216,11 @@ func changes(in Input, out Output) bool {
 	case in.Revoke != nil:
 		return true
 	}
-	return responseWrites(out.KV)
+	return Writes(out.KV)
 }
 
-func responseWrites(r *pb.ResponseOp) bool {
+// Writes reports whether a KV response says its request changed a key.
+func Writes(r *pb.ResponseOp) bool {
 	switch tv := r.GetResponse().(type) {
 	case *pb.ResponseOp_ResponsePut:
 		return true
@@ -227,7 +228,7 @@ func responseWrites(r *pb.ResponseOp) bool {
 		return tv.ResponseDeleteRange.Deleted > 0
 	case *pb.ResponseOp_ResponseTxn:
 		for _, sub := range tv.ResponseTxn.Responses {
-			if responseWrites(sub) {
+			if Writes(sub) {
 				return true
 			}
 		}

@@ -101,7 +101,7 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 		if err := claim(rev, fmt.Sprintf("op%d", cl.id)); err != nil {
 			return err
 		}
-		if cl.status == answered && cl.in.kind == opWrite && writes(cl.resp) && len(byRev[rev]) == 0 {
+		if cl.status == answered && cl.in.kind == opWrite && linearizability.Writes(cl.resp) && len(byRev[rev]) == 0 {
 			return fmt.Errorf("lost write: op%d (%s) acknowledged at r%d, not in the engine", cl.id, core.DescribeRequest(cl.in.write), rev)
 		}
 	}
@@ -149,23 +149,6 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 		w.expiries = append(w.expiries, expiry{lease: lease, rev: rev, at: w.now})
 	}
 	return nil
-}
-
-// writes reports whether a write response changed anything.
-func writes(r *pb.ResponseOp) bool {
-	switch tv := r.GetResponse().(type) {
-	case *pb.ResponseOp_ResponsePut:
-		return true
-	case *pb.ResponseOp_ResponseDeleteRange:
-		return tv.ResponseDeleteRange.Deleted > 0
-	case *pb.ResponseOp_ResponseTxn:
-		for _, sub := range tv.ResponseTxn.Responses {
-			if writes(sub) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // record converts the history for porcupine.
