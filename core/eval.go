@@ -57,6 +57,14 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	default:
 		return nil, ErrEmptyRequest
 	}
+	// A revision record already there is another leader's write at this
+	// revision: never overwrite it (reading it also puts it in the
+	// engine's conflict set).
+	if _, taken, err := rd.Get(RevisionKey(w.Rev)); err != nil {
+		return nil, err
+	} else if taken {
+		return &Effects{Late: true}, nil
+	}
 	tx := &txnEval{rd: rd, rev: w.Rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
 	var (
 		resp *pb.ResponseOp

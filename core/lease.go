@@ -158,6 +158,9 @@ func (n *Node) unpark(l *lease, gone bool) {
 // one (the dealt revision, which is never reused).
 func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	switch {
+	case n.draining:
+		n.respond(id, ErrNotLeader)
+		return
 	case ttl > MaxLeaseTTL:
 		n.respond(id, ErrLeaseTTLTooLarge)
 		return
@@ -187,6 +190,11 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 func (n *Node) Revoke(id RequestID, leaseID int64) {
 	l := n.leases.byID[leaseID]
 	switch {
+	case n.draining && id == 0:
+		return // the successor expires it
+	case n.draining:
+		n.respond(id, ErrNotLeader)
+		return
 	case l == nil:
 		n.respond(id, ErrLeaseNotFound)
 		return

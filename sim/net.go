@@ -6,19 +6,31 @@ import (
 	"github.com/axon-kv/axon/core"
 )
 
+// idempotent lists the node-to-node messages a network may duplicate:
+// Axon's RPCs run over gRPC streams, which never duplicate, but a client
+// or proxy may repeat a read-index query or a transfer notice.
+var idempotent = map[string]bool{"readindex": true, "readindex-reply": true, "readindex-refused": true, "transfer": true}
+
 // send delivers fn as a message from node a to node b: delayed, maybe
-// lost, never across a partition.
+// lost or (if idempotent) duplicated, never across a partition.
 func (w *World) send(a, b *node, what string, fn func()) {
 	if a.isolated || b.isolated || w.chance(w.plan.NetDrop) {
 		w.note("drop %s %s->%s", what, a.name, b.name)
 		return
 	}
+	copies := 1
+	if idempotent[what] && w.chance(w.plan.NetDup) {
+		w.fault("duplicate", "%s %s->%s", what, a.name, b.name)
+		copies = 2
+	}
 	epoch := b.epoch
-	b.on(w.between(0, w.plan.NetDelay), what, func() {
-		if b.epoch == epoch {
-			fn()
-		}
-	})
+	for range copies {
+		b.on(w.between(0, w.plan.NetDelay), what, func() {
+			if b.epoch == epoch {
+				fn()
+			}
+		})
+	}
 }
 
 // sendToClient delivers a node's answer to a client.

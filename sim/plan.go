@@ -55,6 +55,7 @@ type Plan struct {
 	EngineLatency  time.Duration // upper bound of per-op engine latency
 	NetDelay       time.Duration // upper bound of one message's delay
 	NetDrop        float64       // client↔node and node↔node message loss
+	NetDup         float64       // duplicated idempotent node↔node messages
 	CrashEvery     time.Duration // mean time between node crashes (0: none)
 	PauseEvery     time.Duration
 	PartitionEvery time.Duration
@@ -86,6 +87,12 @@ func drawPlan(w *World) Plan {
 	p.Engine.MaxApplyAfter = engineDeadline / 2
 	if on(0.5) {
 		p.NetDrop = w.rng.Float64() * 0.03
+	}
+	if on(0.3) {
+		p.NetDup = w.rng.Float64() * 0.2
+	}
+	if on(0.3) {
+		p.NetDup = w.rng.Float64() * 0.2
 	}
 	every := func(prob float64, lo, hi time.Duration) time.Duration {
 		if !on(prob) {

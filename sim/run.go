@@ -242,4 +242,3 @@ func (w *World) appliedRevision(rev, term int64) (bool, error) {
 	rec, err := core.DecodeRevisionRecord(v)
 	return err == nil && !rec.Fenced && rec.Term == term, err
 }
-

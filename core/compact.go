@@ -1,0 +1,173 @@
+package core
+
+import "bytes"
+
+// Sweep is a compaction sweep's progress between batches: it deletes what
+// compact revision Rev made unreachable, one bounded engine transaction at
+// a time, so writes never wait for it.
+type Sweep struct {
+	Rev int64
+	// Next is the engine key to resume from; nil at the start.
+	Next []byte
+	Done bool
+}
+
+// SweepStep returns the deletions of the sweep's next batch (at most
+// about limit records read) and the sweep's progress after it. What goes:
+//   - history records below the newest version of their key at or below
+//     Rev, and that version too if it is a tombstone below Rev;
+//   - revision records below Rev (watchers from there get ErrCompacted);
+//   - latest tombstones and read-only placeholders whose touch revision is
+//     at or below Rev: every write still in flight has a higher revision,
+//     so the touch they carry orders nothing any more.
+//
+// Each batch is one engine transaction; one that conflicts with a write is
+// simply run again from the same progress.
+func SweepStep(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
+	if s.Done {
+		return s, nil, nil
+	}
+	limit = max(limit, 1)
+	if s.Next == nil {
+		s.Next = spacePrefix(spaceHistory)
+	}
+	switch {
+	case bytes.Compare(s.Next, spacePrefix(spaceHistory+1)) < 0:
+		return sweepHistory(rd, s, limit)
+	case bytes.Compare(s.Next, RevisionKey(s.Rev)) < 0 && bytes.HasPrefix(s.Next, spacePrefix(spaceRevision)):
+		return sweepRevisions(rd, s, limit)
+	case bytes.Compare(s.Next, spacePrefix(spaceLatest+1)) < 0 && bytes.HasPrefix(s.Next, spacePrefix(spaceLatest)):
+		return sweepLatest(rd, s, limit)
+	}
+	s.Done = true
+	return s, nil, nil
+}
+
+// sweepHistory walks history records in key order; a batch ends only at
+// a key boundary so each key's versions are judged together.
+func sweepHistory(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
+	var (
+		dels     []Write
+		key      []byte   // raw key of the group being read
+		group    [][]byte // its engine keys at or below Rev, ascending
+		lastTomb bool     // the newest of them is a tombstone below Rev
+		seen     int
+		next     []byte
+		decErr   error
+	)
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		keep := len(group) - 1
+		if lastTomb {
+			// The newest at or below Rev is a tombstone: it goes too. One
+			// at Rev itself stays: a watch may start at the compact
+			// revision and must see that delete.
+			keep = len(group)
+		}
+		for i := 0; i < keep && i < len(group); i++ {
+			dels = append(dels, Write{Key: group[i], Delete: true})
+		}
+		group, lastTomb = group[:0], false
+	}
+	err := rd.Scan(s.Next, spacePrefix(spaceHistory+1), false, limit+1, func(k, v []byte) bool {
+		raw, rev, err := DecodeHistoryKey(k)
+		if err != nil {
+			decErr = err
+			return false
+		}
+		if !bytes.Equal(raw, key) {
+			if seen >= limit {
+				next = bytes.Clone(k)
+				return false
+			}
+			flush()
+			key = bytes.Clone(raw)
+		}
+		seen++
+		if rev > s.Rev {
+			return true
+		}
+		rec, err := DecodeRecord(v)
+		if err != nil {
+			decErr = err
+			return false
+		}
+		group = append(group, bytes.Clone(k))
+		lastTomb = rec.Tombstone && rev < s.Rev
+		return true
+	})
+	if err == nil {
+		err = decErr
+	}
+	if err != nil {
+		return s, nil, err
+	}
+	flush()
+	if next != nil {
+		s.Next = next
+		return s, dels, nil
+	}
+	s.Next = RevisionKey(0)
+	return s, dels, nil
+}
+
+func sweepRevisions(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
+	var dels []Write
+	var next []byte
+	err := rd.Scan(s.Next, RevisionKey(s.Rev), false, limit+1, func(k, _ []byte) bool {
+		if len(dels) >= limit {
+			next = bytes.Clone(k)
+			return false
+		}
+		dels = append(dels, Write{Key: bytes.Clone(k), Delete: true})
+		return true
+	})
+	if err != nil {
+		return s, nil, err
+	}
+	if next != nil {
+		s.Next = next
+		return s, dels, nil
+	}
+	s.Next = spacePrefix(spaceLatest)
+	return s, dels, nil
+}
+
+func sweepLatest(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
+	var (
+		dels   []Write
+		next   []byte
+		seen   int
+		decErr error
+	)
+	err := rd.Scan(s.Next, spacePrefix(spaceLatest+1), false, limit+1, func(k, v []byte) bool {
+		if seen >= limit {
+			next = bytes.Clone(k)
+			return false
+		}
+		seen++
+		rec, err := DecodeRecord(v)
+		if err != nil {
+			decErr = err
+			return false
+		}
+		if rec.Tombstone && rec.ModRev <= s.Rev && rec.Touch <= s.Rev {
+			dels = append(dels, Write{Key: bytes.Clone(k), Delete: true})
+		}
+		return true
+	})
+	if err == nil {
+		err = decErr
+	}
+	if err != nil {
+		return s, nil, err
+	}
+	if next != nil {
+		s.Next = next
+		return s, dels, nil
+	}
+	s.Done = true
+	return s, dels, nil
+}

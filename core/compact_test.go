@@ -1,0 +1,116 @@
+package core_test
+
+import (
+	"bytes"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// sweep runs a compaction sweep to its end in batches of limit.
+func (s *scene) sweep(rev int64, limit int) (batches int) {
+	s.t.Helper()
+	sw := core.Sweep{Rev: rev}
+	for !sw.Done {
+		txn, err := s.eng.Begin(s.ctx)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		next, dels, err := core.SweepStep(storage.NewReader(txn), sw, limit)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, d := range dels {
+			if err := txn.Delete(d.Key); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+		if err := txn.Commit(s.ctx); err != nil {
+			s.t.Fatal(err)
+		}
+		sw = next
+		batches++
+		if batches > 1000 {
+			s.t.Fatal("sweep does not end")
+		}
+	}
+	return batches
+}
+
+// countKeys counts engine keys with a prefix of key's space.
+func (s *scene) countKeys(prefix []byte) int {
+	s.t.Helper()
+	txn, err := s.eng.Begin(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer txn.Rollback()
+	n := 0
+	err = storage.NewReader(txn).Scan(prefix, append(bytes.Clone(prefix[:4]), prefix[4]+1), false, 0, func(_, _ []byte) bool {
+		n++
+		return true
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+func delOp(key string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}
+}
+
+func TestSweepRemovesWhatCompactionMadeUnreachable(t *testing.T) {
+	s := newScene(t, core.Config{})
+	// r1..r4: a=1..4; r5: b=1; r6: delete b; r7: c=1; r8: a=5.
+	id := core.RequestID(0)
+	for _, op := range []*pb.RequestOp{putOp("a", "1"), putOp("a", "2"), putOp("a", "3"), putOp("a", "4"), putOp("b", "1"), delOp("b"), putOp("c", "1"), putOp("a", "5")} {
+		id++
+		s.propose(id, op)
+		s.settle()
+	}
+	before8, _ := s.rangeAt(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: 7})
+	s.node.Compact(100, 7)
+	s.settle()
+	batches := s.sweep(7, 2)
+	if batches < 3 {
+		t.Fatalf("a sweep of this size in batches of 2 took %d batches", batches)
+	}
+	// History: a@4 (newest at or below 7), a@8, c@7; b's tombstone at 6 and
+	// everything older is gone.
+	hist := core.HistoryKey(nil, 0)[:5]
+	if n := s.countKeys(hist); n != 3 {
+		t.Fatalf("%d history records left, want 3", n)
+	}
+	// Revision records below 7 are gone; 7 and 8 stay.
+	if n := s.countKeys(core.RevisionKey(0)[:5]); n != 2 {
+		t.Fatalf("%d revision records left, want 2", n)
+	}
+	// b's latest tombstone is gone; a and c stay.
+	if n := s.countKeys(core.LatestKey(nil)[:5]); n != 2 {
+		t.Fatalf("%d latest records left, want 2", n)
+	}
+	after, err := s.rangeAt(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: 7})
+	if err != nil || kvs(after.Kvs) != kvs(before8.Kvs) {
+		t.Fatalf("read at the compact revision changed: %v, %v (was %v)", after, err, before8)
+	}
+	if got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("a")}); kvs(got.Kvs) != "a=5@8/1/v5" {
+		t.Fatalf("latest a: %s", kvs(got.Kvs))
+	}
+	// A watch from the compact revision still gets its events.
+	txn, _ := s.eng.Begin(s.ctx)
+	defer txn.Rollback()
+	evs, _, err := core.ReadEvents(storage.NewReader(txn), 7, 8, 0)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("events from the compact revision: %v, %v", evs, err)
+	}
+	// A new write of b after the sweep starts over at version 1.
+	s.propose(200, putOp("b", "2"))
+	s.settle()
+	if got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("b")}); len(got.Kvs) != 1 || got.Kvs[0].Version != 1 {
+		t.Fatalf("b after the sweep: %v", got.Kvs)
+	}
+}
