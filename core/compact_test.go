@@ -114,3 +114,29 @@ func TestSweepRemovesWhatCompactionMadeUnreachable(t *testing.T) {
 		t.Fatalf("b after the sweep: %v", got.Kvs)
 	}
 }
+
+func TestHashKVCoversHistoryUpToARevision(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.settle()
+	s.propose(2, putOp("a", "2"))
+	s.settle()
+	hash := func(rev int64) uint32 {
+		txn, _ := s.eng.Begin(s.ctx)
+		defer txn.Rollback()
+		h, err := core.HashKV(storage.NewReader(txn), rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	h1, h2 := hash(1), hash(2)
+	if h1 == h2 {
+		t.Fatal("a new version did not change the hash")
+	}
+	s.propose(3, putOp("b", "1"))
+	s.settle()
+	if hash(2) != h2 {
+		t.Fatal("a later write changed the hash at r2")
+	}
+}
