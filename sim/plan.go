@@ -61,7 +61,8 @@ type Plan struct {
 	PartitionEvery time.Duration
 	TransferEvery  time.Duration
 	ClockJumpEvery time.Duration
-	CompactEvery   time.Duration
+	// UnavailableEvery: windows in which every engine call fails.
+	UnavailableEvery time.Duration
 }
 
 // drawPlan picks the seed's fault mix: each kind is on with some
@@ -105,7 +106,11 @@ func drawPlan(w *World) Plan {
 	p.PartitionEvery = every(0.4, 3*time.Second, 15*time.Second)
 	p.TransferEvery = every(0.5, 2*time.Second, 10*time.Second)
 	p.ClockJumpEvery = every(0.5, 2*time.Second, 10*time.Second)
-	p.CompactEvery = every(0.6, 1*time.Second, 5*time.Second)
+	p.UnavailableEvery = every(0.3, 2*time.Second, 10*time.Second)
+	// Every seed runs at least one kind of node or network fault.
+	if p.CrashEvery+p.PauseEvery+p.PartitionEvery+p.TransferEvery+p.ClockJumpEvery+p.UnavailableEvery == 0 {
+		p.CrashEvery = w.between(2*time.Second, 5*time.Second)
+	}
 	return p
 }
 

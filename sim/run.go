@@ -16,7 +16,7 @@ func Run(cfg Config) Result {
 	cfg = cfg.withDefaults()
 	w := newWorld(cfg)
 	w.plan = drawPlan(w)
-	w.eng.SetInjector(memkv.NewRandomInjector(w.rng, w.plan.Engine))
+	w.eng.SetInjector(w.countFaults(memkv.NewRandomInjector(w.rng, w.plan.Engine)))
 	for i := range cfg.Nodes {
 		n := newNode(w, i)
 		n.offset = w.between(-maxDrift/2, maxDrift/2)
@@ -181,6 +181,11 @@ func (w *World) scheduleFaults() {
 			}
 		}
 	})
+	w.repeat(p.UnavailableEvery, "unavailable", func() {
+		d := w.between(50*time.Millisecond, engineDeadline)
+		w.fault("unavailable", "engine for %v", d)
+		w.eng.SetUnavailable(w.now, w.now+d)
+	})
 	w.repeat(p.ClockJumpEvery, "clock", func() {
 		n := w.nodes[w.rng.IntN(len(w.nodes))]
 		if w.cfg.BreakDrift && n.idx == len(w.nodes)-1 {
@@ -188,6 +193,17 @@ func (w *World) scheduleFaults() {
 		}
 		n.offset = w.between(-maxDrift/2, maxDrift/2)
 		w.fault("clock", "%s offset %v", n.name, n.offset)
+	})
+}
+
+// countFaults counts the engine faults an injector decides, by kind.
+func (w *World) countFaults(inj memkv.Injector) memkv.Injector {
+	return memkv.InjectorFunc(func(op memkv.Op) memkv.Fault {
+		f := inj.Inject(op)
+		if f.Kind != memkv.FaultNone && (op.Kind == memkv.OpCommit || f.Kind == memkv.FaultError || f.Kind == memkv.FaultUnavailable) {
+			w.faults["engine-"+f.Kind.String()]++
+		}
+		return f
 	})
 }
 
