@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
@@ -31,6 +32,10 @@ var coreErrors = []struct {
 	{core.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{core.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
 	{core.ErrStopped, rpctypes.ErrGRPCStopped},
+	{core.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{core.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	{core.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+	{core.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
 }
 
@@ -110,6 +115,12 @@ func (k kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer
 	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
 }
 
+// tooLarge reports whether a write request exceeds MaxRequestBytes; etcd
+// refuses such a proposal with ErrGRPCRequestTooLarge.
+func (k kvServer) tooLarge(r proto.Message) bool {
+	return proto.Size(r) > k.s.cfg.MaxRequestBytes
+}
+
 func (k kvServer) write(ctx context.Context, op *pb.RequestOp) (*pb.ResponseOp, error) {
 	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
 	if err != nil {
@@ -119,6 +130,9 @@ func (k kvServer) write(ctx context.Context, op *pb.RequestOp) (*pb.ResponseOp, 
 }
 
 func (k kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if k.tooLarge(r) {
+		return nil, rpctypes.ErrGRPCRequestTooLarge
+	}
 	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: r}})
 	if err != nil {
 		return nil, err
@@ -129,6 +143,9 @@ func (k kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 }
 
 func (k kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if k.tooLarge(r) {
+		return nil, rpctypes.ErrGRPCRequestTooLarge
+	}
 	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}})
 	if err != nil {
 		return nil, err
@@ -139,6 +156,9 @@ func (k kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 }
 
 func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if k.tooLarge(r) {
+		return nil, rpctypes.ErrGRPCRequestTooLarge
+	}
 	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: r}})
 	if err != nil {
 		return nil, err

@@ -26,8 +26,14 @@ type Config struct {
 	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList.
 	ClientURLs []string
-	Logger     *slog.Logger
+	// MaxRequestBytes bounds a write request's size (etcd's
+	// --max-request-bytes; default 1.5 MiB).
+	MaxRequestBytes int
+	Logger          *slog.Logger
 }
+
+// DefaultMaxRequestBytes is etcd's default --max-request-bytes.
+const DefaultMaxRequestBytes = 1536 * 1024
 
 // Server is the real-time driver of core: it serialises calls into one
 // core.Node, runs the engine work the node hands out on goroutines, and
@@ -44,6 +50,8 @@ type Server struct {
 	watches map[core.WatchID]*watchStream
 	nextW   core.WatchID
 
+	metrics *metrics
+
 	start  time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -57,6 +65,9 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	}
 	if cfg.ProgressNotifyInterval == 0 {
 		cfg.ProgressNotifyInterval = 10 * time.Minute
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = 500 * time.Millisecond
@@ -76,6 +87,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		waiters: map[core.RequestID]chan core.Response{}, watches: map[core.WatchID]*watchStream{},
 		ctx: ctx, cancel: cancel, start: time.Now(),
 	}
+	s.metrics = newMetrics(s)
 	s.work.Add(1)
 	go s.tick(cfg.TickInterval)
 	s.log.Info("recovered", "revision", st.Committed, "compacted", st.Compacted)
@@ -135,7 +147,9 @@ func (s *Server) run(w *core.Work) {
 		s.step(func(n *core.Node) { n.CatchUpDone(w, evs, last, err) })
 		return
 	}
+	began := time.Now()
 	eff, out := exec.Run(s.ctx, s.eng, w)
+	s.metrics.observeRun(time.Since(began), out)
 	s.step(func(n *core.Node) { n.Report(w, eff, out) })
 }
 
@@ -169,4 +183,3 @@ func (s *Server) snapshot(ctx context.Context) (storage.Txn, int64, int64, error
 	}
 	return txn, c, compacted, nil
 }
-

@@ -65,10 +65,13 @@ func (ws *watchStream) deliver(wr core.WatchResponse) {
 	ws.enqueue(r)
 }
 
+// forget drops a watch from the stream and the server; called with s.mu
+// held.
 func (ws *watchStream) forget(id core.WatchID) {
 	delete(ws.local, ws.remote[id])
 	delete(ws.remote, id)
 	delete(ws.notify, id)
+	delete(ws.s.watches, id)
 }
 
 // notifyProgress sends each progress_notify watch that is synced an
@@ -155,6 +158,11 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 		ws.queue = nil
 		ws.mu.Unlock()
 		for _, r := range batch {
+			// Counted before Send so a client that has the events
+			// never sees a lower count.
+			if len(r.Events) > 0 {
+				w.s.metrics.watchEventsSent.Add(float64(len(r.Events)))
+			}
 			if err := stream.Send(r); err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,7 +59,7 @@ func serveCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listenClient, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on")
 	fl.StringVar(&f.advertiseClient, "advertise-client-urls", "", "client URL to advertise (default: the listen URL)")
-	fl.StringVar(&f.listenMetrics, "listen-metrics-urls", "http://127.0.0.1:2381", "URL to serve /health and /readyz on")
+	fl.StringVar(&f.listenMetrics, "listen-metrics-urls", "http://127.0.0.1:2381", "URL to serve /health, /readyz and /metrics on")
 	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
@@ -91,6 +92,19 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	// The metrics listener comes up first so that /readyz answers 503
+	// while the engine opens and the node recovers.
+	var (
+		ready atomic.Bool
+		srvP  atomic.Pointer[server.Server]
+	)
+	hs := &http.Server{Addr: metricsAddr, Handler: metricsMux(&ready, &srvP), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "err", err)
+		}
+	}()
+	defer hs.Close()
 	eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log})
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.dataDir, err)
@@ -103,35 +117,61 @@ func serve(ctx context.Context, f serveFlags) error {
 	srv, err := server.New(server.Config{
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, MemberID: 0x1a2b3c4d, ClusterID: 0xa1b2c3d4,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
+		MaxRequestBytes: f.maxRequestBytes,
 	}, eng)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	srvP.Store(srv)
 	lis, err := net.Listen("tcp", clientAddr)
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(f.maxRequestBytes + 512*1024))
+	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(f.maxRequestBytes+512*1024))...)
 	srv.Register(g)
-	mux := http.NewServeMux()
-	health := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, `{"health":"true"}`) }
-	mux.HandleFunc("/health", health)
-	mux.HandleFunc("/readyz", health)
-	hs := &http.Server{Addr: metricsAddr, Handler: mux}
-	go func() {
-		if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics listener", "err", err)
-		}
-	}()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
 		<-ctx.Done()
 		log.Info("shutting down")
+		ready.Store(false)
 		g.GracefulStop()
-		_ = hs.Close()
 	}()
 	log.Info("serving", "client", clientAddr, "metrics", metricsAddr, "data-dir", f.dataDir)
+	ready.Store(true)
 	return g.Serve(lis)
+}
+
+// metricsMux serves /health, /readyz and /metrics. /readyz is 200 once
+// ready is set (the node has recovered and the client listener is bound)
+// and 503 before that and once shutdown begins; /metrics serves the
+// server's registry once it exists.
+func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server]) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"health":"false","reason":"not serving"}`)
+			return
+		}
+		fmt.Fprintln(w, `{"health":"true","reason":""}`)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		s := srv.Load()
+		if s == nil {
+			http.Error(w, "recovering", http.StatusServiceUnavailable)
+			return
+		}
+		s.Metrics().ServeHTTP(w, r)
+	})
+	return mux
 }

@@ -1,0 +1,230 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/server"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
+)
+
+// startServer runs an Axon server with its metrics interceptors over
+// Badger in a temp dir, with the gRPC receive limit axon serve sets, and
+// returns it with a clientv3 client.
+func startServer(t *testing.T, cfg server.Config) (*server.Server, *clientv3.Client) {
+	t.Helper()
+	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, eng)
+	if err != nil {
+		eng.Close()
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxReq := cfg.MaxRequestBytes
+	if maxReq <= 0 {
+		maxReq = server.DefaultMaxRequestBytes
+	}
+	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(maxReq+512*1024))...)
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cli.Close()
+		g.Stop()
+		srv.Close()
+		eng.Close()
+	})
+	return srv, cli
+}
+
+// scrape fetches the server's metrics in the text format and returns each
+// sample line's value keyed by the line's name and labels as printed.
+func scrape(t *testing.T, srv *server.Server) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	srv.Metrics().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("scrape: status %d: %s", rec.Code, rec.Body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(rec.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("scrape: bad line %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// sum adds the samples of metric name whose labels include every one of
+// labels (each `key="value"`).
+func sum(samples map[string]float64, name string, labels ...string) (total float64, found bool) {
+	for k, v := range samples {
+		n, ls, _ := strings.Cut(k, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(ls, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+			found = true
+		}
+	}
+	return total, found
+}
+
+func TestMetrics(t *testing.T) {
+	srv, cli := startServer(t, server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "test"})
+	ctx := ctxT(t)
+
+	before := scrape(t, srv)
+	if v, ok := sum(before, "grpc_server_started_total", `grpc_method="Put"`); !ok || v != 0 {
+		t.Fatalf("Put's started series before any call: %v %v", v, ok)
+	}
+
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wch := cli.Watch(wctx, "/m/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if r := <-wch; !r.Created {
+		t.Fatalf("watch not created: %+v", r)
+	}
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const puts = 3
+	var last int64
+	for i := range puts {
+		opts := []clientv3.OpOption{}
+		if i == 0 {
+			opts = append(opts, clientv3.WithLease(lease.ID))
+		}
+		r, err := cli.Put(ctx, "/m/"+strconv.Itoa(i), "v", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	for got := 0; got < puts; {
+		r, ok := <-wch
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		got += len(r.Events)
+	}
+	if _, err := cli.Get(ctx, "/m/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Get(ctx, "/m/", clientv3.WithRev(last+100)); !errors.Is(err, rpctypes.ErrFutureRev) {
+		t.Fatalf("future revision: %v", err)
+	}
+
+	m := scrape(t, srv)
+	want := func(name string, cmp func(float64) bool, what string, labels ...string) {
+		t.Helper()
+		v, ok := sum(m, name, labels...)
+		if !ok || !cmp(v) {
+			t.Errorf("%s%v = %v (present %v), want %s", name, labels, v, ok, what)
+		}
+	}
+	atLeast := func(n float64) func(float64) bool { return func(v float64) bool { return v >= n } }
+	equal := func(n float64) func(float64) bool { return func(v float64) bool { return v == n } }
+
+	want("axon_committed_revision", equal(float64(last)), strconv.FormatInt(last, 10))
+	want("axon_compact_revision", equal(0), "0")
+	want("axon_inflight_revisions", atLeast(0), ">= 0")
+	want("axon_watchers", equal(1), "1")
+	want("axon_leases", equal(1), "1")
+	want("axon_watch_events_sent_total", atLeast(puts), ">= puts")
+	want("axon_engine_outcomes_total", atLeast(puts), ">= puts", `outcome="committed"`)
+	want("axon_engine_outcomes_total", equal(0), "0", `outcome="uncertain"`)
+	want("axon_engine_commit_duration_seconds_count", atLeast(puts), ">= puts")
+	want("grpc_server_started_total", equal(puts), "puts", `grpc_service="etcdserverpb.KV"`, `grpc_method="Put"`, `grpc_type="unary"`)
+	want("grpc_server_handled_total", equal(puts), "puts", `grpc_method="Put"`, `grpc_code="OK"`)
+	want("grpc_server_handling_seconds_count", equal(puts), "puts", `grpc_method="Put"`, `grpc_code="OK"`)
+	want("grpc_server_handled_total", equal(1), "1", `grpc_method="Range"`, `grpc_code="OutOfRange"`)
+	want("grpc_server_handled_total", equal(1), "1", `grpc_method="LeaseGrant"`, `grpc_code="OK"`)
+	want("grpc_server_started_total", equal(1), "1", `grpc_method="Watch"`, `grpc_type="bidi_stream"`)
+	want("grpc_server_msg_sent_total", atLeast(2), ">= 2", `grpc_method="Watch"`)
+	want("etcd_server_has_leader", equal(1), "1")
+	want("go_goroutines", atLeast(1), ">= 1")
+
+	// The lease gauge follows a revoke at once.
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := sum(scrape(t, srv), "axon_leases"); v != 0 {
+		t.Errorf("axon_leases after revoke = %v", v)
+	}
+}
+
+func TestRequestTooLarge(t *testing.T) {
+	t.Run("configured", func(t *testing.T) {
+		_, cli := startServer(t, server.Config{MaxRequestBytes: 1024})
+		ctx := ctxT(t)
+		big := strings.Repeat("x", 2048)
+		if _, err := cli.Put(ctx, "k", big); !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			t.Fatalf("put: got %v, want %v", err, rpctypes.ErrRequestTooLarge)
+		}
+		if _, err := cli.Txn(ctx).Then(clientv3.OpPut("k", big)).Commit(); !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			t.Fatalf("txn: got %v", err)
+		}
+		if _, err := cli.Delete(ctx, big); !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			t.Fatalf("delete: got %v", err)
+		}
+		if _, err := cli.Put(ctx, "k", "small"); err != nil {
+			t.Fatalf("small put: %v", err)
+		}
+		// Reads are not proposals: etcd does not bound them.
+		if _, err := cli.Get(ctx, big); err != nil {
+			t.Fatalf("big get: %v", err)
+		}
+	})
+	t.Run("default", func(t *testing.T) {
+		_, cli := startServer(t, server.Config{})
+		ctx := ctxT(t)
+		if _, err := cli.Put(ctx, "k", strings.Repeat("x", server.DefaultMaxRequestBytes+1)); !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			t.Fatalf("put over default: got %v", err)
+		}
+		if _, err := cli.Put(ctx, "k", strings.Repeat("x", server.DefaultMaxRequestBytes-1024)); err != nil {
+			t.Fatalf("put under default: %v", err)
+		}
+	})
+}
