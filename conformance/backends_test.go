@@ -80,6 +80,7 @@ func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 	g := grpc.NewServer()
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
+	srv.SetClientURLs([]string{"http://" + lis.Addr().String()})
 	c := newClient(t, lis.Addr().String())
 	t.Cleanup(func() {
 		c.Close()

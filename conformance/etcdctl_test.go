@@ -38,11 +38,6 @@ var etcdctlKnown = map[string]map[string]string{
 			"etcd's does not",
 		"revision after lease grant": "Axon deals LeaseGrant a revision (the lease ID is that revision); " +
 			"etcd's lease grant does not touch the store revision",
-		"endpoint health": "Maintenance.Alarm is Unimplemented; etcdctl >= 3.6 lists alarms after its health Get " +
-			"and reports the endpoint unhealthy: \"Unable to fetch the alarm list\"",
-		"endpoint health json": "as endpoint health",
-		"member list client URLs": "startAxon sets no server.Config.ClientURLs, so MemberList has no clientURLs " +
-			"(and Axon reports the client URLs as peerURLs)",
 	},
 }
 

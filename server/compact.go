@@ -100,6 +100,14 @@ type AutoCompaction struct {
 	Revisions int64
 }
 
+// On returns ac, or the zero value (off) when it keeps everything.
+func (ac AutoCompaction) On() AutoCompaction {
+	if ac.Retention <= 0 && ac.Revisions <= 0 {
+		return AutoCompaction{}
+	}
+	return ac
+}
+
 // auto runs auto-compaction until the server closes.
 func (c *compactor) auto(ac AutoCompaction) {
 	defer c.s.work.Done()

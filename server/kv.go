@@ -173,5 +173,14 @@ func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	if err != nil {
 		return nil, toGRPC(err)
 	}
+	// etcd's physical compaction: with it the call returns once the old
+	// versions are gone; without, the sweep runs behind.
+	if r.Physical {
+		if err := k.s.compact.sweepTo(r.Revision); err != nil {
+			return nil, toGRPC(err)
+		}
+	} else {
+		k.s.compact.swept(r.Revision)
+	}
 	return &pb.CompactionResponse{Header: k.s.header(resp.Rev)}, nil
 }

@@ -3,6 +3,11 @@ package server
 import (
 	"context"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -19,9 +24,7 @@ type maintenanceServer struct {
 }
 
 func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	m.s.mu.Lock()
-	c := m.s.node.Committed()
-	m.s.mu.Unlock()
+	c := m.s.committed()
 	return &pb.StatusResponse{
 		Header: m.s.header(c), Version: Version, Leader: m.s.cfg.MemberID,
 		RaftIndex: uint64(c), RaftTerm: 1, RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
@@ -32,13 +35,55 @@ func (m maintenanceServer) Defragment(context.Context, *pb.DefragmentRequest) (*
 	return &pb.DefragmentResponse{Header: m.s.header(0)}, nil
 }
 
+// Alarm answers with no alarms: Axon raises none (the engine has no
+// quota of its own). etcdctl's endpoint health asks for the list.
+func (m maintenanceServer) Alarm(_ context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	return &pb.AlarmResponse{Header: m.s.header(m.s.committed())}, nil
+}
+
+// HashKV hashes the history up to a revision, for consistency checks.
+func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	txn, c, compacted, err := m.s.snapshot(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	defer txn.Rollback()
+	rev := r.Revision
+	switch {
+	case rev == 0:
+		rev = c
+	case rev > c:
+		return nil, rpctypes.ErrGRPCFutureRev
+	case rev < compacted:
+		return nil, rpctypes.ErrGRPCCompacted
+	}
+	h, err := core.HashKV(storage.NewReader(txn), rev)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.HashKVResponse{Header: m.s.header(c), Hash: h, CompactRevision: compacted, HashRevision: rev}, nil
+}
+
+// MoveLeader: a single instance leads already; any other target is not
+// a member.
+func (m maintenanceServer) MoveLeader(_ context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if r.TargetID != m.s.cfg.MemberID {
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	return &pb.MoveLeaderResponse{Header: m.s.header(m.s.committed())}, nil
+}
+
 type clusterServer struct {
 	pb.UnimplementedClusterServer
 	s *Server
 }
 
 func (c clusterServer) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	me := &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: c.s.cfg.ClientURLs, PeerURLs: c.s.cfg.ClientURLs}
+	c.s.mu.Lock()
+	urls := c.s.cfg.ClientURLs
+	c.s.mu.Unlock()
+	// No peer URLs: instances share an engine, not a raft log.
+	me := &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls}
 	return &pb.MemberListResponse{Header: c.s.header(0), Members: []*pb.Member{me}}, nil
 }
 

@@ -22,6 +22,8 @@ type Config struct {
 	// progress_notify get a progress notification (etcd's
 	// --experimental-watch-progress-notify-interval; default 10 minutes).
 	ProgressNotifyInterval time.Duration
+	// AutoCompaction is etcd's --auto-compaction-mode/-retention.
+	AutoCompaction AutoCompaction
 	// TickInterval is how often leases are checked for expiry.
 	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList.
@@ -51,6 +53,7 @@ type Server struct {
 	nextW   core.WatchID
 
 	metrics *metrics
+	compact *compactor
 
 	start  time.Time
 	ctx    context.Context
@@ -88,8 +91,17 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		ctx: ctx, cancel: cancel, start: time.Now(),
 	}
 	s.metrics = newMetrics(s)
-	s.work.Add(1)
+	s.compact = newCompactor(s)
+	s.work.Add(2)
 	go s.tick(cfg.TickInterval)
+	go s.compact.run()
+	if cfg.AutoCompaction.Mode != "" {
+		s.work.Add(1)
+		go s.compact.auto(cfg.AutoCompaction)
+	}
+	if st.Compacted > 1 {
+		s.compact.swept(st.Compacted) // finish what a restart interrupted
+	}
 	s.log.Info("recovered", "revision", st.Committed, "compacted", st.Compacted)
 	return s, nil
 }
@@ -169,6 +181,21 @@ func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.
 	case <-s.ctx.Done():
 		return core.Response{}, core.ErrStopped
 	}
+}
+
+// SetClientURLs sets the URLs MemberList advertises, for a server that
+// learns its address only once it listens.
+func (s *Server) SetClientURLs(urls []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.ClientURLs = urls
+}
+
+// committed returns the commit point.
+func (s *Server) committed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node.Committed()
 }
 
 // snapshot returns an engine transaction that sees every committed

@@ -277,3 +277,61 @@ func TestLeaseKeepAliveAndRevoke(t *testing.T) {
 		t.Fatalf("second revoke: %v", err)
 	}
 }
+
+func TestMaintenanceHashKVAlarmMoveLeader(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	p1, _ := cli.Put(ctx, "a", "1")
+	ep := cli.Endpoints()[0]
+	h1, err := cli.HashKV(ctx, ep, p1.Header.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "a", "2"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := cli.HashKV(ctx, ep, p1.Header.Revision)
+	if err != nil || again.Hash != h1.Hash || again.HashRevision != p1.Header.Revision {
+		t.Fatalf("HashKV at r%d changed after a later write: %v %+v vs %+v", p1.Header.Revision, err, again, h1)
+	}
+	now, err := cli.HashKV(ctx, ep, 0)
+	if err != nil || now.Hash == h1.Hash {
+		t.Fatalf("HashKV now: %v %+v", err, now)
+	}
+	if al, err := cli.AlarmList(ctx); err != nil || len(al.Alarms) != 0 {
+		t.Fatalf("alarms: %v %+v", err, al)
+	}
+	if _, err := cli.MoveLeader(ctx, 99); err != rpctypes.ErrBadLeaderTransferee {
+		t.Fatalf("move leader to a stranger: %v", err)
+	}
+	if _, err := cli.MoveLeader(ctx, 1); err != nil {
+		t.Fatalf("move leader to itself: %v", err)
+	}
+}
+
+func TestCompactionSweepsOldVersions(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	var last int64
+	for i := 0; i < 20; i++ {
+		r, err := cli.Put(ctx, "k", string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Header.Revision
+	}
+	// Physical: the call returns once the sweep is done.
+	if _, err := cli.Compact(ctx, last, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cli.Get(ctx, "k", clientv3.WithRev(last))
+	if err != nil || string(g.Kvs[0].Value) != string(rune('a'+19)) || g.Kvs[0].Version != 20 {
+		t.Fatalf("read at the compact revision: %v %+v", err, g)
+	}
+	if _, err := cli.Get(ctx, "k", clientv3.WithRev(last-1)); err != rpctypes.ErrCompacted {
+		t.Fatalf("read below: %v", err)
+	}
+	if p, err := cli.Put(ctx, "k", "z"); err != nil || p.Header.Revision <= last {
+		t.Fatalf("put after sweep: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +48,7 @@ type serveFlags struct {
 	maxRequestBytes                              int
 	maxTxnOps                                    int
 	progressNotify                               time.Duration
+	autoCompactionMode, autoCompactionRetention  string
 }
 
 func serveCmd() *cobra.Command {
@@ -64,8 +66,32 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "periodic: keep --auto-compaction-retention of history; revision: keep that many revisions")
+	fl.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
 	return cmd
+}
+
+// autoCompaction parses etcd's --auto-compaction-mode and -retention.
+func autoCompaction(mode, retention string) (server.AutoCompaction, error) {
+	switch mode {
+	case "periodic":
+		if d, err := time.ParseDuration(retention); err == nil {
+			return server.AutoCompaction{Mode: mode, Retention: d}.On(), nil
+		}
+		h, err := strconv.ParseFloat(retention, 64)
+		if err != nil || h < 0 {
+			return server.AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a duration or a number of hours", retention)
+		}
+		return server.AutoCompaction{Mode: mode, Retention: time.Duration(h * float64(time.Hour))}.On(), nil
+	case "revision":
+		n, err := strconv.ParseInt(retention, 10, 64)
+		if err != nil || n < 0 {
+			return server.AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a revision count", retention)
+		}
+		return server.AutoCompaction{Mode: mode, Revisions: n}.On(), nil
+	}
+	return server.AutoCompaction{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
 }
 
 func hostPort(u string) (string, error) {
@@ -89,6 +115,10 @@ func serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	metricsAddr, err := hostPort(f.listenMetrics)
+	if err != nil {
+		return err
+	}
+	ac, err := autoCompaction(f.autoCompactionMode, f.autoCompactionRetention)
 	if err != nil {
 		return err
 	}
@@ -117,7 +147,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	srv, err := server.New(server.Config{
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, MemberID: 0x1a2b3c4d, ClusterID: 0xa1b2c3d4,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
-		MaxRequestBytes: f.maxRequestBytes,
+		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac,
 	}, eng)
 	if err != nil {
 		return err
@@ -136,7 +166,16 @@ func serve(ctx context.Context, f serveFlags) error {
 		<-ctx.Done()
 		log.Info("shutting down")
 		ready.Store(false)
-		g.GracefulStop()
+		// Let unary calls finish; watch streams never end on their own,
+		// so after a grace period the rest is cut (clients reconnect and
+		// resume from their revision).
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			g.Stop()
+		}
 	}()
 	log.Info("serving", "client", clientAddr, "metrics", metricsAddr, "data-dir", f.dataDir)
 	ready.Store(true)
