@@ -2,14 +2,18 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
@@ -20,11 +24,16 @@ import (
 // returns a clientv3 client for it.
 func start(t *testing.T, dir string) *clientv3.Client {
 	t.Helper()
+	return startWith(t, dir, server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "test"})
+}
+
+func startWith(t *testing.T, dir string, cfg server.Config) *clientv3.Client {
+	t.Helper()
 	eng, err := badgerkv.Open(dir, badgerkv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "test"}, eng)
+	srv, err := server.New(cfg, eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,5 +342,60 @@ func TestCompactionSweepsOldVersions(t *testing.T) {
 	}
 	if p, err := cli.Put(ctx, "k", "z"); err != nil || p.Header.Revision <= last {
 		t.Fatalf("put after sweep: %v", err)
+	}
+}
+
+func TestWatchFragmentsLargeResponses(t *testing.T) {
+	cli := startWith(t, t.TempDir(), server.Config{MemberID: 1, MaxRequestBytes: 1024})
+	ctx := ctxT(t)
+	big := strings.Repeat("x", 300)
+	for i := 0; i < 5; i++ {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/f/%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A raw stream, to see the fragments clientv3 would put together.
+	stream, err := pb.NewWatchClient(cli.ActiveConnection()).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := &pb.WatchCreateRequest{Key: []byte("/f/"), RangeEnd: []byte("/f0"), PrevKv: true, Fragment: true}
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || !r.Created {
+		t.Fatalf("create: %v %+v", err, r)
+	}
+	d, err := cli.Delete(ctx, "/f/", clientv3.WithPrefix())
+	if err != nil || d.Deleted != 5 {
+		t.Fatalf("delete: %v %+v", err, d)
+	}
+	// Five deletes with 300-byte prev_kvs exceed 1 KiB: several parts,
+	// every one but the last marked Fragment, each within the limit.
+	var parts, events int
+	for events < 5 {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts++
+		events += len(r.Events)
+		if r.Fragment != (events < 5) {
+			t.Fatalf("part %d with %d events so far: fragment=%v", parts, events, r.Fragment)
+		}
+		if proto.Size(r) > 1024+200 {
+			t.Fatalf("part %d is %d bytes", parts, proto.Size(r))
+		}
+	}
+	if parts < 2 {
+		t.Fatalf("a %d-event response over the limit came in %d part", events, parts)
+	}
+	// clientv3 puts the parts back together.
+	if _, err := cli.Put(ctx, "/f/0", big); err != nil {
+		t.Fatal(err)
+	}
+	wr := <-cli.Watch(ctx, "/f/", clientv3.WithPrefix(), clientv3.WithRev(d.Header.Revision), clientv3.WithPrevKV(), clientv3.WithFragment())
+	if err := wr.Err(); err != nil || len(wr.Events) < 5 || wr.Events[4].Type != clientv3.EventTypeDelete {
+		t.Fatalf("clientv3 with fragments: %v, %d events", err, len(wr.Events))
 	}
 }

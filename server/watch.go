@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
 )
@@ -27,6 +28,8 @@ type watchStream struct {
 	nextID int64
 	// notify lists the node IDs of watches created with progress_notify.
 	notify map[core.WatchID]bool
+	// fragment lists those created with fragment set.
+	fragment map[core.WatchID]bool
 }
 
 // enqueue adds a response; called with s.mu held so order is the node's.
@@ -62,7 +65,38 @@ func (ws *watchStream) deliver(wr core.WatchResponse) {
 		ws.forget(wr.ID)
 		r = &pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: "axon: watcher too slow: more than 4096 responses unsent"}
 	}
+	if ws.fragment[wr.ID] && len(r.Events) > 1 {
+		for _, part := range fragments(r, ws.s.cfg.MaxRequestBytes) {
+			ws.enqueue(part)
+		}
+		return
+	}
 	ws.enqueue(r)
+}
+
+// fragments splits a watch response larger than limit into parts of at
+// most limit bytes (or one event each), all but the last marked Fragment,
+// as etcd does for watches created with fragment set.
+func fragments(r *pb.WatchResponse, limit int) []*pb.WatchResponse {
+	if limit <= 0 || proto.Size(r) <= limit {
+		return []*pb.WatchResponse{r}
+	}
+	var (
+		parts []*pb.WatchResponse
+		cur   = &pb.WatchResponse{Header: r.Header, WatchId: r.WatchId}
+		size  int
+	)
+	for _, ev := range r.Events {
+		n := proto.Size(ev)
+		if len(cur.Events) > 0 && size+n > limit {
+			cur.Fragment = true
+			parts = append(parts, cur)
+			cur, size = &pb.WatchResponse{Header: r.Header, WatchId: r.WatchId}, 0
+		}
+		cur.Events = append(cur.Events, ev)
+		size += n
+	}
+	return append(parts, cur)
 }
 
 // forget drops a watch from the stream and the server; called with s.mu
@@ -71,6 +105,7 @@ func (ws *watchStream) forget(id core.WatchID) {
 	delete(ws.local, ws.remote[id])
 	delete(ws.remote, id)
 	delete(ws.notify, id)
+	delete(ws.fragment, id)
 	delete(ws.s.watches, id)
 }
 
@@ -106,7 +141,7 @@ type watchServer struct {
 }
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
-	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}, notify: map[core.WatchID]bool{}}
+	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}, notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}}
 	done := make(chan struct{})
 	defer func() {
 		close(done)
@@ -196,6 +231,9 @@ func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {
 		ws.local[id], ws.remote[gid] = gid, id
 		if c.ProgressNotify {
 			ws.notify[gid] = true
+		}
+		if c.Fragment {
+			ws.fragment[gid] = true
 		}
 		w.s.watches[gid] = ws
 		ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true})
