@@ -307,6 +307,10 @@ func TestMaintenanceHashKVAlarmMoveLeader(t *testing.T) {
 	if err != nil || now.Hash == h1.Hash {
 		t.Fatalf("HashKV now: %v %+v", err, now)
 	}
+	// etcdctl's status table divides by db size: it must not be 0.
+	if st, err := cli.Status(ctx, ep); err != nil || st.DbSize <= 0 || st.Version < "3.5.13" {
+		t.Fatalf("status: %v %+v", err, st)
+	}
 	if al, err := cli.AlarmList(ctx); err != nil || len(al.Alarms) != 0 {
 		t.Fatalf("alarms: %v %+v", err, al)
 	}

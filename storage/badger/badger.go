@@ -373,3 +373,14 @@ func (s slogLogger) Warningf(f string, args ...any) {
 
 func (slogLogger) Infof(string, ...any)  {}
 func (slogLogger) Debugf(string, ...any) {}
+
+// Size reports the bytes the database takes on disk (LSM tree and value
+// log), for etcd's Status db_size.
+func (e *Engine) Size() int64 {
+	if e.acquire("size") != nil {
+		return 0
+	}
+	defer e.release()
+	lsm, vlog := e.db.Size()
+	return lsm + vlog
+}
