@@ -4,61 +4,19 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
-	badgerkv "github.com/axon-kv/axon/storage/badger"
 )
 
-// startServer runs an Axon server with its metrics interceptors over
-// Badger in a temp dir, with the gRPC receive limit axon serve sets, and
-// returns it with a clientv3 client.
-func startServer(t *testing.T, cfg server.Config) (*server.Server, *clientv3.Client) {
-	t.Helper()
-	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(cfg, eng)
-	if err != nil {
-		eng.Close()
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maxReq := cfg.MaxRequestBytes
-	if maxReq <= 0 {
-		maxReq = server.DefaultMaxRequestBytes
-	}
-	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(maxReq+512*1024))...)
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cli.Close()
-		g.Stop()
-		srv.Close()
-		eng.Close()
-	})
-	return srv, cli
-}
 
 // scrape fetches the server's metrics in the text format and returns each
 // sample line's value keyed by the line's name and labels as printed.

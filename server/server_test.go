@@ -29,19 +29,39 @@ func start(t *testing.T, dir string) *clientv3.Client {
 
 func startWith(t *testing.T, dir string, cfg server.Config) *clientv3.Client {
 	t.Helper()
+	_, cli := startServerIn(t, dir, cfg)
+	return cli
+}
+
+// startServer runs an Axon server with its metrics interceptors over
+// Badger in a temp dir, with the gRPC receive limit axon serve sets, and
+// returns it with a clientv3 client.
+func startServer(t *testing.T, cfg server.Config) (*server.Server, *clientv3.Client) {
+	t.Helper()
+	return startServerIn(t, t.TempDir(), cfg)
+}
+
+// startServerIn is startServer on a given data dir.
+func startServerIn(t *testing.T, dir string, cfg server.Config) (*server.Server, *clientv3.Client) {
+	t.Helper()
 	eng, err := badgerkv.Open(dir, badgerkv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := server.New(cfg, eng)
 	if err != nil {
+		eng.Close()
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	maxReq := cfg.MaxRequestBytes
+	if maxReq <= 0 {
+		maxReq = server.DefaultMaxRequestBytes
+	}
+	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(maxReq+512*1024))...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -54,7 +74,7 @@ func startWith(t *testing.T, dir string, cfg server.Config) *clientv3.Client {
 		srv.Close()
 		eng.Close()
 	})
-	return cli
+	return srv, cli
 }
 
 func ctxT(t *testing.T) context.Context {
