@@ -17,7 +17,6 @@ import (
 	"github.com/axon-kv/axon/server"
 )
 
-
 // scrape fetches the server's metrics in the text format and returns each
 // sample line's value keyed by the line's name and labels as printed.
 func scrape(t *testing.T, srv *server.Server) map[string]float64 {
