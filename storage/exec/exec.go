@@ -1,5 +1,3 @@
-// Package exec runs core's work items against a storage engine: the one
-// piece of driver logic that the server and the simulator share.
 package exec
 
 import (
