@@ -179,19 +179,20 @@ func (r Role) String() string {
 // election record, and a Node while it leads. Losing leadership is a
 // state change: the Node goes, the Member stays.
 type Member struct {
-	cfg        MemberConfig
-	now        time.Duration
-	role       Role
-	record     *ElectionRecord // last seen; nil: none or unknown
-	known      bool            // record was read at least once
-	electing   bool
-	recovering bool
-	lastRenew  time.Duration
-	leaseEnd   time.Duration
-	term       int64
-	transferTo *ElectionRecord // successor while transferring
-	node       *Node
-	ready      Ready
+	cfg      MemberConfig
+	now      time.Duration
+	role     Role
+	record   *ElectionRecord // last seen; nil: none or unknown
+	known    bool            // record was read at least once
+	electing bool
+	// steppedDown says why the member last stopped leading, for traces.
+	steppedDown string
+	lastRenew   time.Duration
+	leaseEnd    time.Duration
+	term        int64
+	transferTo  *ElectionRecord // successor while transferring
+	node        *Node
+	ready       Ready
 }
 
 // NewMember returns a follower that has not read the record yet.
@@ -312,11 +313,10 @@ func (m *Member) Transfer(to, addr string) error {
 }
 
 func (m *Member) stepDown(why string) {
-	_ = why
 	m.role = Follower
 	m.node = nil
 	m.transferTo = nil
-	m.recovering = false
+	m.steppedDown = why
 	m.ready.RoleChanged = true
 }
 
@@ -397,6 +397,8 @@ func DescribeMember(m *Member) string {
 	s := fmt.Sprintf("%s %s term=%d", m.cfg.ID, m.role, m.term)
 	if m.node != nil {
 		s += fmt.Sprintf(" C=%d inflight=%d", m.node.Committed(), m.node.InFlight())
+	} else if m.steppedDown != "" {
+		s += fmt.Sprintf(" (stepped down: %s)", m.steppedDown)
 	}
 	return s
 }

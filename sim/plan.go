@@ -124,7 +124,7 @@ type Result struct {
 	Err         error // nil: every check passed
 	Hash        uint64
 	Trace       []string
-	// History is the porcupine visualisation input of a failing run.
+	// Visualize writes porcupine's HTML rendering of the run's history.
 	Visualize func(path string) error
 }
 
