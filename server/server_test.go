@@ -423,3 +423,33 @@ func TestWatchFragmentsLargeResponses(t *testing.T) {
 		t.Fatalf("clientv3 with fragments: %v, %d events", err, len(wr.Events))
 	}
 }
+
+func TestPeriodicAutoCompaction(t *testing.T) {
+	cli := startWith(t, t.TempDir(), server.Config{MemberID: 1, AutoCompaction: server.AutoCompaction{Mode: "periodic", Retention: 2 * time.Second}})
+	ctx := ctxT(t)
+	first, err := cli.Put(ctx, "k", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The compactor samples the revision every second and compacts to the
+	// sample that is 2 s old: within a few seconds, reads at the first
+	// revision fail.
+	deadline := time.Now().Add(8 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if _, err := cli.Put(ctx, "k", "more"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cli.Get(ctx, "k", clientv3.WithRev(first.Header.Revision))
+		if err == rpctypes.ErrCompacted {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no auto-compaction within 8 s of a 2 s retention")
+		}
+	}
+}
