@@ -313,7 +313,7 @@ func runEtcdctlScript(c *ctl) {
 	c.check("lease list", strings.Contains(c.ok("lease", "list"), fmt.Sprintf("found 1 leases\n%016x\n", id)), "lease missing")
 	c.equal("lease revoke", c.ok("lease", "revoke", hexID), fmt.Sprintf("lease %016x revoked\n", id))
 	c.equal("get after revoke", c.ok("get", "/l/k"), "")
-	r = c.revStep("after put --lease, lease revoke", r, 2)
+	c.revStep("after put --lease, lease revoke", r, 2)
 	c.equal("lease timetolive after revoke", c.ok("lease", "timetolive", hexID), fmt.Sprintf("lease %016x already expired\n", id))
 	c.check("lease revoke twice", strings.Contains(c.fails("lease", "revoke", hexID), "etcdserver: requested lease not found"), "wrong error")
 
