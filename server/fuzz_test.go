@@ -2,20 +2,17 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
-	badgerkv "github.com/axon-kv/axon/storage/badger"
 )
 
 // fuzzClients are the stubs a fuzz input is sent through.
@@ -123,32 +120,8 @@ func FuzzGRPC(f *testing.F) {
 	fuzzSeed(f, "LeaseTimeToLive", &pb.LeaseTimeToLiveRequest{ID: 7, Keys: true})
 
 	// One server per fuzz worker process, reused across inputs.
-	eng, err := badgerkv.Open(f.TempDir(), badgerkv.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "fuzz"}, eng)
-	if err != nil {
-		eng.Close()
-		f.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(server.DefaultMaxRequestBytes+512*1024))...)
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		conn.Close()
-		g.Stop()
-		srv.Close()
-		eng.Close()
-	})
+	_, cli := startServerIn(f, f.TempDir(), server.Config{Core: core.Config{RingSize: 16}, MemberID: 1, ClusterID: 2, Name: "fuzz"})
+	conn := cli.ActiveConnection()
 	c := fuzzClients{kv: pb.NewKVClient(conn), lease: pb.NewLeaseClient(conn)}
 
 	f.Fuzz(func(t *testing.T, data []byte) {

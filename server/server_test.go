@@ -42,7 +42,7 @@ func startServer(t *testing.T, cfg server.Config) (*server.Server, *clientv3.Cli
 }
 
 // startServerIn is startServer on a given data dir.
-func startServerIn(t *testing.T, dir string, cfg server.Config) (*server.Server, *clientv3.Client) {
+func startServerIn(t testing.TB, dir string, cfg server.Config) (*server.Server, *clientv3.Client) {
 	t.Helper()
 	eng, err := badgerkv.Open(dir, badgerkv.Options{})
 	if err != nil {
