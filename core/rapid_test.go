@@ -158,12 +158,8 @@ func (h *harness) begin(i int) {
 	if err != nil {
 		h.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
 	}
-	if eff.Late || len(eff.Writes) == 0 {
+	if out, done := exec.Settled(eff, nil); done {
 		txn.Rollback()
-		out := core.Committed
-		if eff.Late {
-			out = core.NotApplied
-		}
 		h.node.Report(w, eff, out)
 		return
 	}

@@ -204,12 +204,8 @@ func (n *node) runWork(wk *core.Work) {
 		return
 	}
 	eff, err := exec.Apply(txn, wk)
-	if err != nil || eff.Late || len(eff.Writes) == 0 {
+	if out, done := exec.Settled(eff, err); done {
 		txn.Rollback()
-		out := core.Committed
-		if err != nil || eff.Late {
-			out = core.NotApplied
-		}
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
 		return
 	}

@@ -59,16 +59,24 @@ func Run(ctx context.Context, eng storage.Engine, w *core.Work) (*core.Effects, 
 	}
 	defer txn.Rollback()
 	eff, err := Apply(txn, w)
-	if err != nil {
-		return nil, core.NotApplied
-	}
-	if eff.Late {
-		return eff, core.NotApplied
-	}
-	if len(eff.Writes) == 0 {
-		return eff, core.Committed
+	if out, done := Settled(eff, err); done {
+		return eff, out
 	}
 	return eff, Outcome(txn.Commit(ctx))
+}
+
+// Settled tells whether an applied work item is over without a commit,
+// and how: a failed evaluation or late work was not applied; work that
+// writes nothing (a fence that found the revision, an election read)
+// needs no commit.
+func Settled(eff *core.Effects, err error) (core.Outcome, bool) {
+	switch {
+	case err != nil || eff.Late:
+		return core.NotApplied, true
+	case len(eff.Writes) == 0:
+		return core.Committed, true
+	}
+	return 0, false
 }
 
 // Recover reads the State a new leader starts from.
