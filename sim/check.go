@@ -268,9 +268,10 @@ func (w *World) checkWatches(evs []core.Event) error {
 	for i, ev := range evs {
 		committed[i] = linearizability.Event{Rev: ev.Rev, Event: ev.Event}
 	}
+	compacted := w.compacted()
 	for _, c := range w.clients {
 		for i, cw := range c.watches {
-			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete, Compacted: w.compacted()}
+			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete, Compacted: compacted}
 			got := make([]linearizability.Received, 0, len(cw.got))
 			for _, wr := range cw.got {
 				got = append(got, linearizability.Received{Events: wr.Events, HeaderRev: wr.Revision, Progress: wr.Progress, Canceled: wr.Canceled, CompactRevision: wr.CompactRevision})
