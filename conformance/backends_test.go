@@ -64,7 +64,7 @@ func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 		t.Fatal(err)
 	}
 	srv, err := server.New(server.Config{
-		MemberID: 1, ClusterID: 2, Name: "conformance", Core: core.Config{},
+		MemberID: 1, ClusterID: 2, Name: "conformance", Core: core.Config{}, Exclusive: true,
 		Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval,
 	}, eng)
 	if err != nil {

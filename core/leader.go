@@ -135,6 +135,13 @@ type MemberConfig struct {
 	RenewEvery     time.Duration
 	MaxDrift       time.Duration
 	EngineDeadline time.Duration
+	// Exclusive says no other instance can reach the engine (Badger
+	// holds a directory lock): a campaign need not wait out an old
+	// holder's lease, so a restarted instance leads at once.
+	Exclusive bool
+	// LeaseTickEvery spaces the node's lease-expiry scans, which cost
+	// O(leases), when Tick is called before every step (0: every Tick).
+	LeaseTickEvery time.Duration
 	Node           Config
 }
 
@@ -191,6 +198,7 @@ type Member struct {
 	leaseEnd    time.Duration
 	term        int64
 	transferTo  *ElectionRecord // successor while transferring
+	leaseTick   time.Duration   // when the node's leases were last scanned
 	node        *Node
 	ready       Ready
 }
@@ -199,6 +207,13 @@ type Member struct {
 func NewMember(cfg MemberConfig) *Member {
 	return &Member{cfg: cfg.withDefaults(), role: Follower}
 }
+
+// Config returns the member's configuration with defaults filled in.
+func (m *Member) Config() MemberConfig { return m.cfg }
+
+// SetAddr changes the address the member advertises in the records it
+// writes from now on (a server learns it once it listens).
+func (m *Member) SetAddr(addr string) { m.cfg.Addr = addr }
 
 // Role returns the member's role.
 func (m *Member) Role() Role { return m.role }
@@ -252,7 +267,10 @@ func (m *Member) Tick(now time.Duration) {
 			m.stepDown("lease ran out")
 			return
 		}
-		m.node.Tick(now)
+		if now >= m.leaseTick+m.cfg.LeaseTickEvery {
+			m.leaseTick = now
+			m.node.Tick(now)
+		}
 		if m.electing {
 			return
 		}
@@ -282,7 +300,7 @@ func (m *Member) Tick(now time.Duration) {
 			m.elect(&ElectOp{Observe: true})
 		case r != nil && r.Holder == m.cfg.ID && r.Transfer && now < r.Deadline-m.cfg.MaxDrift:
 			m.startRecovery(r)
-		case r == nil || now > r.Deadline+m.cfg.EngineDeadline+m.cfg.MaxDrift:
+		case r == nil || m.cfg.Exclusive || now > r.Deadline+m.cfg.EngineDeadline+m.cfg.MaxDrift:
 			var term int64
 			if r != nil {
 				term = r.Term
@@ -388,6 +406,7 @@ func (m *Member) Recovered(st State, err error) {
 	cfg.Term = m.term
 	m.node = NewNode(cfg, st)
 	m.node.Tick(m.now)
+	m.leaseTick = m.now
 	m.role = Leader
 	m.ready.RoleChanged = true
 }

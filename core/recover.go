@@ -20,15 +20,8 @@ func Recover(rd Reader) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	v, ok, err := rd.Get(MetaKey(MetaCompact))
-	if err != nil {
+	if st.Compacted, err = ReadCompacted(rd); err != nil {
 		return State{}, err
-	}
-	if ok {
-		if len(v) != 8 {
-			return State{}, ErrBadRecord
-		}
-		st.Compacted = int64(binary.BigEndian.Uint64(v))
 	}
 	// etcd starts at revision 1 before any write; the apiserver rejects
 	// a list at revision 0.
@@ -98,4 +91,17 @@ func CompactWrites(rd Reader, rev int64) ([]Write, error) {
 		return nil, nil
 	}
 	return []Write{{Key: MetaKey(MetaCompact), Value: binary.BigEndian.AppendUint64(nil, uint64(rev))}}, nil
+}
+
+// ReadCompacted returns the stored compact revision (0 if none), for
+// readers that are not the leader and so have no Node to ask.
+func ReadCompacted(rd Reader) (int64, error) {
+	v, ok, err := rd.Get(MetaKey(MetaCompact))
+	if err != nil || !ok {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, ErrBadRecord
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
 }

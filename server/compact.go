@@ -127,9 +127,10 @@ func (c *compactor) auto(ac AutoCompaction) {
 		case <-c.s.ctx.Done():
 			return
 		case now := <-t.C:
-			c.s.mu.Lock()
-			rev, compacted := c.s.node.Committed(), c.s.node.Compacted()
-			c.s.mu.Unlock()
+			var rev, compacted int64
+			if !c.s.step(func(n *core.Node) { rev, compacted = n.Committed(), n.Compacted() }) {
+				continue // the leader compacts
+			}
 			target := int64(0)
 			switch ac.Mode {
 			case "periodic":

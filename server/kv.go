@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +45,12 @@ func toGRPC(err error) error {
 	if err == nil {
 		return nil
 	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a gRPC status, e.g. from the leader
+	}
+	if errors.Is(err, errLeaderChanged) {
+		return rpctypes.ErrGRPCLeaderChanged
+	}
 	for _, m := range coreErrors {
 		if errors.Is(err, m.err) {
 			return m.grpc
@@ -81,7 +88,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := core.ValidateRange(r); err != nil {
 		return nil, toGRPC(err)
 	}
-	txn, c, compacted, err := k.s.snapshot(ctx)
+	txn, c, compacted, err := k.s.snapshot(ctx, r.Serializable)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -121,66 +128,60 @@ func (k kvServer) tooLarge(r proto.Message) bool {
 	return proto.Size(r) > k.s.cfg.MaxRequestBytes
 }
 
-func (k kvServer) write(ctx context.Context, op *pb.RequestOp) (*pb.ResponseOp, error) {
-	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
-	if err != nil {
-		return nil, toGRPC(err)
+// write proposes a write on the leader; a follower forwards the request.
+func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx context.Context, r proto.Message, op *pb.RequestOp, pick func(*pb.ResponseOp) T, remote func(context.Context, pb.KVClient) (T, error)) (T, error) {
+	if k.tooLarge(r) {
+		var zero T
+		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
-	return resp.Response, nil
+	out, err := forward(k.s, ctx, func() (T, error) {
+		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return pick(resp.Response), nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (T, error) { return remote(ctx, pb.NewKVClient(cc)) })
+	if err != nil {
+		return out, err
+	}
+	k.s.reads.learn(out.GetHeader().GetRevision())
+	k.s.fillHeader(out.GetHeader())
+	return out, nil
 }
 
 func (k kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	if k.tooLarge(r) {
-		return nil, rpctypes.ErrGRPCRequestTooLarge
-	}
-	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: r}})
-	if err != nil {
-		return nil, err
-	}
-	out := resp.GetResponsePut()
-	k.s.fillHeader(out.Header)
-	return out, nil
+	return write(k, ctx, r, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: r}}, (*pb.ResponseOp).GetResponsePut,
+		func(ctx context.Context, c pb.KVClient) (*pb.PutResponse, error) { return c.Put(ctx, r) })
 }
 
 func (k kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	if k.tooLarge(r) {
-		return nil, rpctypes.ErrGRPCRequestTooLarge
-	}
-	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}})
-	if err != nil {
-		return nil, err
-	}
-	out := resp.GetResponseDeleteRange()
-	k.s.fillHeader(out.Header)
-	return out, nil
+	return write(k, ctx, r, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}}, (*pb.ResponseOp).GetResponseDeleteRange,
+		func(ctx context.Context, c pb.KVClient) (*pb.DeleteRangeResponse, error) { return c.DeleteRange(ctx, r) })
 }
 
 func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if k.tooLarge(r) {
-		return nil, rpctypes.ErrGRPCRequestTooLarge
-	}
-	resp, err := k.write(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: r}})
-	if err != nil {
-		return nil, err
-	}
-	out := resp.GetResponseTxn()
-	k.s.fillHeader(out.Header)
-	return out, nil
+	return write(k, ctx, r, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: r}}, (*pb.ResponseOp).GetResponseTxn,
+		func(ctx context.Context, c pb.KVClient) (*pb.TxnResponse, error) { return c.Txn(ctx, r) })
 }
 
 func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	// etcd's physical compaction: with it the call returns once the old
-	// versions are gone; without, the sweep runs behind.
-	if r.Physical {
-		if err := k.s.compact.sweepTo(r.Revision); err != nil {
-			return nil, toGRPC(err)
+	return forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
+		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })
+		if err != nil {
+			return nil, err
 		}
-	} else {
-		k.s.compact.swept(r.Revision)
-	}
-	return &pb.CompactionResponse{Header: k.s.header(resp.Rev)}, nil
+		// etcd's physical compaction: with it the call returns once the
+		// old versions are gone; without, the sweep runs behind.
+		if r.Physical {
+			if err := k.s.compact.sweepTo(r.Revision); err != nil {
+				return nil, err
+			}
+		} else {
+			k.s.compact.swept(r.Revision)
+		}
+		return &pb.CompactionResponse{Header: k.s.header(resp.Rev)}, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.CompactionResponse, error) {
+		return pb.NewKVClient(cc).Compact(ctx, r)
+	})
 }

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
 )
 
-// now is the server's clock for core: time since start, monotonic.
-func (s *Server) now() time.Duration { return time.Since(s.start) }
-
-// tick lets the node expire leases until the server closes.
+// tick moves the member's clock on its own until the server closes:
+// renewals, campaigns and lease expiry happen without requests.
 func (s *Server) tick(every time.Duration) {
 	defer s.work.Done()
 	t := time.NewTicker(every)
@@ -22,7 +21,7 @@ func (s *Server) tick(every time.Duration) {
 	for {
 		select {
 		case <-t.C:
-			s.step(func(n *core.Node) { n.Tick(s.now()) })
+			s.step(nil)
 		case <-s.ctx.Done():
 			return
 		}
@@ -35,22 +34,33 @@ type leaseServer struct {
 }
 
 func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Grant(id, r.ID, r.TTL) })
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return &pb.LeaseGrantResponse{Header: l.s.header(resp.Rev), ID: resp.Lease, TTL: resp.LeaseTTL}, nil
+	return forward(l.s, ctx, func() (*pb.LeaseGrantResponse, error) {
+		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Grant(id, r.ID, r.TTL) })
+		if err != nil {
+			return nil, err
+		}
+		return &pb.LeaseGrantResponse{Header: l.s.header(resp.Rev), ID: resp.Lease, TTL: resp.LeaseTTL}, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseGrantResponse, error) {
+		return pb.NewLeaseClient(cc).LeaseGrant(ctx, r)
+	})
 }
 
 func (l leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Revoke(id, r.ID) })
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return &pb.LeaseRevokeResponse{Header: l.s.header(resp.Rev)}, nil
+	return forward(l.s, ctx, func() (*pb.LeaseRevokeResponse, error) {
+		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Revoke(id, r.ID) })
+		if err != nil {
+			return nil, err
+		}
+		return &pb.LeaseRevokeResponse{Header: l.s.header(resp.Rev)}, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseRevokeResponse, error) {
+		return pb.NewLeaseClient(cc).LeaseRevoke(ctx, r)
+	})
 }
 
 func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	if !l.s.leading() {
+		return l.s.proxyKeepAlive(stream)
+	}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -59,14 +69,13 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 		if err != nil {
 			return err
 		}
-		var (
-			ttl int64
-			rev int64
-		)
-		l.s.step(func(n *core.Node) {
-			ttl, err = n.KeepAlive(req.ID, l.s.now())
+		var ttl, rev int64
+		if !l.s.step(func(n *core.Node) {
+			ttl, err = n.KeepAlive(req.ID, l.s.clock())
 			rev = n.Committed()
-		})
+		}) {
+			return errStreamMoved
+		}
 		if errors.Is(err, core.ErrLeaseNotFound) {
 			ttl = 0 // etcd answers an unknown lease with TTL 0
 		}
@@ -76,39 +85,51 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 	}
 }
 
-func (l leaseServer) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	var (
-		info core.LeaseInfo
-		rev  int64
-		err  error
-	)
-	l.s.step(func(n *core.Node) {
-		info, err = n.TimeToLive(r.ID, l.s.now())
-		rev = n.Committed()
+func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	return forward(l.s, ctx, func() (*pb.LeaseTimeToLiveResponse, error) {
+		var (
+			info core.LeaseInfo
+			rev  int64
+			err  error
+		)
+		if !l.s.step(func(n *core.Node) {
+			info, err = n.TimeToLive(r.ID, l.s.clock())
+			rev = n.Committed()
+		}) {
+			return nil, errNotLeading
+		}
+		if errors.Is(err, core.ErrLeaseNotFound) {
+			// etcd reports a missing lease as TTL -1.
+			return &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: -1}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: int64(info.Remaining.Seconds()), GrantedTTL: info.GrantedTTL}
+		if r.Keys {
+			resp.Keys = info.Keys
+		}
+		return resp, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
+		return pb.NewLeaseClient(cc).LeaseTimeToLive(ctx, r)
 	})
-	if errors.Is(err, core.ErrLeaseNotFound) {
-		// etcd reports a missing lease as TTL -1.
-		return &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: -1}, nil
-	}
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: int64(info.Remaining.Seconds()), GrantedTTL: info.GrantedTTL}
-	if r.Keys {
-		resp.Keys = info.Keys
-	}
-	return resp, nil
 }
 
-func (l leaseServer) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	var (
-		ids []int64
-		rev int64
-	)
-	l.s.step(func(n *core.Node) { ids, rev = n.Leases(), n.Committed() })
-	resp := &pb.LeaseLeasesResponse{Header: l.s.header(rev)}
-	for _, id := range ids {
-		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
-	}
-	return resp, nil
+func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	return forward(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
+		var (
+			ids []int64
+			rev int64
+		)
+		if !l.s.step(func(n *core.Node) { ids, rev = n.Leases(), n.Committed() }) {
+			return nil, errNotLeading
+		}
+		resp := &pb.LeaseLeasesResponse{Header: l.s.header(rev)}
+		for _, id := range ids {
+			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+		}
+		return resp, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
+		return pb.NewLeaseClient(cc).LeaseLeases(ctx, r)
+	})
 }

@@ -25,6 +25,9 @@ type maintenanceServer struct {
 
 func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	c := m.s.committed()
+	m.s.mu.Lock()
+	term := m.s.member.Term()
+	m.s.mu.Unlock()
 	// etcdctl divides by the db size: never report 0.
 	size := int64(1)
 	if sz, ok := m.s.eng.(interface{ Size() int64 }); ok {
@@ -32,8 +35,8 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 	}
 	return &pb.StatusResponse{
 		DbSize: size, DbSizeInUse: size,
-		Header: m.s.header(c), Version: Version, Leader: m.s.cfg.MemberID,
-		RaftIndex: uint64(c), RaftTerm: 1, RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
+		Header: m.s.header(c), Version: Version, Leader: m.s.leaderID(ctx),
+		RaftIndex: uint64(c), RaftTerm: uint64(max(term, 1)), RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
 	}, nil
 }
 
@@ -49,7 +52,7 @@ func (m maintenanceServer) Alarm(_ context.Context, r *pb.AlarmRequest) (*pb.Ala
 
 // HashKV hashes the history up to a revision, for consistency checks.
 func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	txn, c, compacted, err := m.s.snapshot(ctx)
+	txn, c, compacted, err := m.s.snapshot(ctx, false)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -70,36 +73,20 @@ func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb
 	return &pb.HashKVResponse{Header: m.s.header(c), Hash: h, CompactRevision: compacted, HashRevision: rev}, nil
 }
 
-// MoveLeader: a single instance leads already; any other target is not
-// a member.
-func (m maintenanceServer) MoveLeader(_ context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	if r.TargetID != m.s.cfg.MemberID {
-		return nil, rpctypes.ErrGRPCBadLeaderTransferee
-	}
-	return &pb.MoveLeaderResponse{Header: m.s.header(m.s.committed())}, nil
+// MoveLeader hands leadership to another instance (etcdctl move-leader).
+func (m maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	return m.s.moveLeader(ctx, r)
 }
 
-type clusterServer struct {
-	pb.UnimplementedClusterServer
-	s *Server
-}
-
-func (c clusterServer) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	c.s.mu.Lock()
-	urls := c.s.cfg.ClientURLs
-	c.s.mu.Unlock()
-	// No peer URLs: instances share an engine, not a raft log.
-	me := &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls}
-	return &pb.MemberListResponse{Header: c.s.header(0), Members: []*pb.Member{me}}, nil
-}
-
-// Register adds Axon's etcd services and gRPC health to g.
+// Register adds Axon's etcd services, the peer service other instances
+// call, and gRPC health to g.
 func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterKVServer(g, kvServer{s: s})
 	pb.RegisterWatchServer(g, watchServer{s: s})
 	pb.RegisterMaintenanceServer(g, maintenanceServer{s: s})
 	pb.RegisterClusterServer(g, clusterServer{s: s})
 	pb.RegisterLeaseServer(g, leaseServer{s: s})
+	g.RegisterService(&peerServiceDesc, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 }

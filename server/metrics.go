@@ -34,6 +34,7 @@ type metrics struct {
 	grpcMsgSent  *prometheus.CounterVec
 
 	watchEventsSent prometheus.Counter
+	roleChanges     prometheus.Counter
 	commitDuration  prometheus.Histogram
 	// outcomes is indexed by core.Outcome.
 	outcomes [core.Uncertain + 1]prometheus.Counter
@@ -68,6 +69,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "axon_watch_events_sent_total",
 			Help: "Total number of watch events sent to clients.",
 		}),
+		roleChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_leader_changes_seen_total",
+			Help: "The number of times this instance started or stopped leading.",
+		}),
 		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "axon_engine_commit_duration_seconds",
 			Help:    "Time to run one work item's engine transaction, from begin to commit.",
@@ -83,7 +88,7 @@ func newMetrics(s *Server) *metrics {
 	m.outcomes[core.Uncertain] = outcomes.WithLabelValues("uncertain")
 	m.reg.MustRegister(
 		m.grpcStarted, m.grpcHandled, m.grpcHandling, m.grpcMsgRecv, m.grpcMsgSent,
-		m.watchEventsSent, m.commitDuration, outcomes,
+		m.watchEventsSent, m.roleChanges, m.commitDuration, outcomes,
 		nodeCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -129,17 +134,26 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
+	var committed, compacted int64
+	var inflight, watchers, leases int
 	s.mu.Lock()
-	committed, compacted := s.node.Committed(), s.node.Compacted()
-	inflight, watchers, leases := s.node.InFlight(), len(s.watches), len(s.node.Leases())
+	n := s.member.Node()
+	if n != nil {
+		committed, compacted = n.Committed(), n.Compacted()
+		inflight, watchers, leases = n.InFlight(), len(s.watches), len(n.Leases())
+	}
+	_, hasLeader := s.member.Leader()
 	s.mu.Unlock()
+	if n == nil {
+		committed = s.reads.last()
+	}
 	ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(committed))
 	ch <- prometheus.MustNewConstMetric(descCompacted, prometheus.GaugeValue, float64(compacted))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight))
 	ch <- prometheus.MustNewConstMetric(descWatchers, prometheus.GaugeValue, float64(watchers))
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
-	ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, 1)
-	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, gauge(hasLeader || n != nil))
+	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, gauge(n != nil))
 }
 
 // Metrics serves the server's Prometheus metrics.
@@ -259,4 +273,11 @@ func (c *countingStream) RecvMsg(msg any) error {
 		c.recv.Inc()
 	}
 	return err
+}
+
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

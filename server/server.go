@@ -2,6 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,7 +19,8 @@ import (
 // Config configures a Server.
 type Config struct {
 	Core core.Config
-	// MemberID and Name identify this instance in headers and MemberList.
+	// Name identifies this instance in MemberList; MemberID defaults to
+	// a hash of it, so every instance of a cluster needs its own name.
 	MemberID  uint64
 	ClusterID uint64
 	Name      string
@@ -24,29 +30,48 @@ type Config struct {
 	ProgressNotifyInterval time.Duration
 	// AutoCompaction is etcd's --auto-compaction-mode/-retention.
 	AutoCompaction AutoCompaction
-	// TickInterval is how often leases are checked for expiry.
+	// TickInterval is how often the member's clock moves on its own
+	// (renewals, campaigns, lease expiry); it also moves before every
+	// request.
 	TickInterval time.Duration
-	// ClientURLs are advertised in MemberList.
+	// ClientURLs are advertised in MemberList; the first one's host:port
+	// is where other instances forward to this one.
 	ClientURLs []string
 	// MaxRequestBytes bounds a write request's size (etcd's
 	// --max-request-bytes; default 1.5 MiB).
 	MaxRequestBytes int
-	Logger          *slog.Logger
+	// Leadership timing (DESIGN §9); zero values take core's defaults.
+	Lease, RenewEvery, MaxDrift, EngineDeadline time.Duration
+	// Exclusive says the engine is this instance's alone (Badger locks
+	// its directory): it leads at once instead of waiting out the
+	// lease a previous incarnation left in the election record.
+	Exclusive bool
+	Logger    *slog.Logger
 }
 
 // DefaultMaxRequestBytes is etcd's default --max-request-bytes.
 const DefaultMaxRequestBytes = 1536 * 1024
 
+// errNotLeading says this instance does not lead: the call goes to the
+// leader instead.
+var errNotLeading = errors.New("axon: this instance is not the leader")
+
+// errLeaderChanged answers calls that were in flight when this instance
+// stopped leading: they may or may not have been applied.
+var errLeaderChanged = errors.New("etcdserver: leader changed")
+
 // Server is the real-time driver of core: it serialises calls into one
-// core.Node, runs the engine work the node hands out on goroutines, and
-// delivers responses and watch events.
+// core.Member (and the Node it holds while leading), runs the engine work
+// they hand out on goroutines, delivers responses and watch events, and
+// sends what it cannot serve itself to the leader.
 type Server struct {
 	cfg Config
 	eng storage.Engine
 	log *slog.Logger
+	id  string // this incarnation's name in the election record
 
-	mu      sync.Mutex // guards node, waiters, streams and delivery order
-	node    *core.Node
+	mu      sync.Mutex // guards member, waiters, streams and delivery order
+	member  *core.Member
 	nextID  core.RequestID
 	waiters map[core.RequestID]chan core.Response
 	watches map[core.WatchID]*watchStream
@@ -54,14 +79,17 @@ type Server struct {
 
 	metrics *metrics
 	compact *compactor
+	peers   *peers
+	reads   *readIndex
 
-	start  time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
 	work   sync.WaitGroup
 }
 
-// New recovers the node's state from eng and returns a server over it.
+// New returns a server over eng. An Exclusive server has recovered and
+// leads when New returns; others find or elect a leader in the
+// background.
 func New(cfg Config, eng storage.Engine) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -73,50 +101,96 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 500 * time.Millisecond
+		cfg.TickInterval = 100 * time.Millisecond
 	}
-	txn, err := eng.Begin(context.Background())
-	if err != nil {
-		return nil, err
+	if cfg.Name == "" {
+		cfg.Name = "default"
 	}
-	st, err := core.Recover(storage.NewReader(txn))
-	txn.Rollback()
-	if err != nil {
-		return nil, err
+	if cfg.MemberID == 0 {
+		cfg.MemberID = memberID(cfg.Name)
 	}
+	nonce := make([]byte, 4)
+	_, _ = rand.Read(nonce)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, eng: eng, log: cfg.Logger, node: core.NewNode(cfg.Core, st),
+		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
 		waiters: map[core.RequestID]chan core.Response{}, watches: map[core.WatchID]*watchStream{},
-		ctx: ctx, cancel: cancel, start: time.Now(),
+		ctx: ctx, cancel: cancel,
 	}
+	s.member = core.NewMember(core.MemberConfig{
+		ID: s.id, Addr: s.advertised(), Lease: cfg.Lease, RenewEvery: cfg.RenewEvery,
+		MaxDrift: cfg.MaxDrift, EngineDeadline: cfg.EngineDeadline, Exclusive: cfg.Exclusive,
+		LeaseTickEvery: 50 * time.Millisecond, Node: cfg.Core,
+	})
 	s.metrics = newMetrics(s)
 	s.compact = newCompactor(s)
-	s.work.Add(2)
+	s.peers = newPeers(s)
+	s.reads = &readIndex{s: s}
+	s.work.Add(3)
 	go s.tick(cfg.TickInterval)
 	go s.compact.run()
+	go s.announce()
 	if cfg.AutoCompaction.Mode != "" {
 		s.work.Add(1)
 		go s.compact.auto(cfg.AutoCompaction)
 	}
-	if st.Compacted > 1 {
-		s.compact.swept(st.Compacted) // finish what a restart interrupted
+	if cfg.Exclusive {
+		if err := s.awaitLeading(ctx, s.member.Config().EngineDeadline*5); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
-	s.log.Info("recovered", "revision", st.Committed, "compacted", st.Compacted)
 	return s, nil
+}
+
+// memberID derives etcd's numeric member ID from an instance name.
+func memberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// awaitLeading waits until this instance leads (an exclusive engine's
+// campaign and recovery), or fails after limit.
+func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for !s.step(nil) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server: not leading after %v: %s", limit, s.describe())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // Close stops running work and waits for it.
 func (s *Server) Close() {
 	s.cancel()
+	s.peers.close()
 	s.work.Wait()
 }
 
-// step runs fn against the node under the lock and acts on its outputs.
-func (s *Server) step(fn func(n *core.Node)) {
+// clock is the members' shared clock: wall time, since election records
+// written by one instance are read against another's clock (their drift
+// is bounded by MaxDrift).
+func (s *Server) clock() time.Duration { return time.Duration(time.Now().UnixNano()) }
+
+// step ticks the member, runs fn against the node if this instance leads,
+// acts on the outputs and reports whether fn ran.
+func (s *Server) step(fn func(n *core.Node)) bool {
 	s.mu.Lock()
-	fn(s.node)
-	rd := s.node.Ready()
+	// The member sees the clock first: a leader whose lease ran out must
+	// step down before it hands out more work.
+	s.member.Tick(s.clock())
+	n := s.member.Node()
+	if n != nil && fn != nil {
+		fn(n)
+	}
+	rd := s.member.Ready()
 	// Deliver under the lock so that outputs of successive steps reach
 	// clients in the order the node produced them.
 	for _, r := range rd.Responses {
@@ -125,17 +199,55 @@ func (s *Server) step(fn func(n *core.Node)) {
 			ch <- r
 		}
 	}
-	for _, wr := range rd.WatchResponses {
-		if ws := s.watches[wr.ID]; ws != nil {
-			ws.deliver(wr)
+	if n := s.member.Node(); n != nil {
+		for _, wr := range rd.WatchResponses {
+			if ws := s.watches[wr.ID]; ws != nil {
+				ws.deliver(n, wr)
+			}
 		}
 	}
+	if rd.RoleChanged {
+		s.roleChanged()
+	}
+	owner := s.member.Node()
 	s.mu.Unlock()
 	for _, w := range rd.Work {
 		s.work.Add(1)
-		go s.run(w)
+		go s.run(w, owner)
+	}
+	return n != nil
+}
+
+// roleChanged acts on a change of leadership; called with s.mu held.
+func (s *Server) roleChanged() {
+	role := s.member.Role()
+	s.log.Info("role changed", "member", s.describe())
+	s.metrics.roleChanges.Inc()
+	if n := s.member.Node(); n != nil {
+		if c := n.Compacted(); c > 1 {
+			s.compact.swept(c) // finish what a predecessor left
+		}
+		return
+	}
+	if role != core.Follower {
+		return
+	}
+	for id, ch := range s.waiters {
+		ch <- core.Response{ID: id, Err: errLeaderChanged}
+	}
+	clear(s.waiters)
+	for id, ws := range s.watches {
+		ws.stop()
+		delete(s.watches, id)
+	}
+	if rec, ok := s.member.Leader(); ok && rec.Transfer && rec.Holder != s.id {
+		// Tell the successor at once rather than let it notice.
+		go s.peers.nudge(rec.Addr)
 	}
 }
+
+// describe renders the member for logs; called with s.mu held.
+func (s *Server) describe() string { return core.DescribeMember(s.member) }
 
 // backoff is how long to wait before attempt n of a work item.
 func backoff(attempt int) time.Duration {
@@ -145,7 +257,9 @@ func backoff(attempt int) time.Duration {
 	return min(time.Duration(attempt)*5*time.Millisecond, time.Second)
 }
 
-func (s *Server) run(w *core.Work) {
+// run executes one work item and reports it to the member, or drops the
+// report when the node that asked for it no longer leads.
+func (s *Server) run(w *core.Work, owner *core.Node) {
 	defer s.work.Done()
 	if d := backoff(w.Attempt); d > 0 {
 		select {
@@ -154,25 +268,57 @@ func (s *Server) run(w *core.Work) {
 			return
 		}
 	}
-	if w.Kind == core.WorkCatchUp {
-		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, s.node.Config().CatchUpBatch)
-		s.step(func(n *core.Node) { n.CatchUpDone(w, evs, last, err) })
+	report := func(fn func()) {
+		s.stepMember(func(m *core.Member) {
+			if w.Kind == core.WorkElect || w.Kind == core.WorkRecover || m.Node() == owner {
+				fn()
+			}
+		})
+	}
+	switch w.Kind {
+	case core.WorkCatchUp:
+		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, owner.Config().CatchUpBatch)
+		report(func() { owner.CatchUpDone(w, evs, last, err) })
+		return
+	case core.WorkRecover:
+		st, err := exec.Recover(s.ctx, s.eng)
+		if err != nil {
+			s.log.Warn("recovery read failed", "err", err)
+		}
+		report(func() { s.member.Recovered(st, err) })
 		return
 	}
+	// A commit must land within the engine deadline or not at all: that
+	// is what lets a new leader start safely (DESIGN §9).
+	ctx, cancel := context.WithTimeout(s.ctx, s.member.Config().EngineDeadline/2)
+	defer cancel()
 	began := time.Now()
-	eff, out := exec.Run(s.ctx, s.eng, w)
+	eff, out := exec.Run(ctx, s.eng, w)
 	s.metrics.observeRun(time.Since(began), out)
-	s.step(func(n *core.Node) { n.Report(w, eff, out) })
+	report(func() { s.member.Report(w, eff, out) })
 }
 
-// propose sends a request through the node and waits for its answer.
+// stepMember runs fn against the member itself, then acts as step does.
+func (s *Server) stepMember(fn func(m *core.Member)) {
+	s.step(nil) // tick first, as every step does
+	s.mu.Lock()
+	fn(s.member)
+	s.mu.Unlock()
+	s.step(nil)
+}
+
+// propose sends a request through the node and waits for its answer;
+// errNotLeading if this instance does not lead.
 func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.RequestID)) (core.Response, error) {
 	ch := make(chan core.Response, 1)
-	s.step(func(n *core.Node) {
+	led := s.step(func(n *core.Node) {
 		s.nextID++
 		s.waiters[s.nextID] = ch
 		submit(n, s.nextID)
 	})
+	if !led {
+		return core.Response{}, errNotLeading
+	}
 	select {
 	case r := <-ch:
 		return r, r.Err
@@ -189,24 +335,30 @@ func (s *Server) SetClientURLs(urls []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg.ClientURLs = urls
+	s.member.SetAddr(s.advertised())
 }
 
-// committed returns the commit point.
-func (s *Server) committed() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.node.Committed()
-}
-
-// snapshot returns an engine transaction that sees every committed
-// revision, with the commit point and compact revision it covers.
-func (s *Server) snapshot(ctx context.Context) (storage.Txn, int64, int64, error) {
-	s.mu.Lock()
-	c, compacted := s.node.Committed(), s.node.Compacted()
-	s.mu.Unlock()
-	txn, err := s.eng.Begin(ctx)
-	if err != nil {
-		return nil, 0, 0, err
+// advertised is the host:port other instances reach this one at.
+func (s *Server) advertised() string {
+	if len(s.cfg.ClientURLs) == 0 {
+		return ""
 	}
-	return txn, c, compacted, nil
+	addr, err := hostPort(s.cfg.ClientURLs[0])
+	if err != nil {
+		return ""
+	}
+	return addr
 }
+
+// committed returns the commit point: the node's, or on a follower the
+// last one learned from the leader.
+func (s *Server) committed() int64 {
+	var c int64
+	if !s.step(func(n *core.Node) { c = n.Committed() }) {
+		return s.reads.last()
+	}
+	return c
+}
+
+// leading reports whether this instance leads now.
+func (s *Server) leading() bool { return s.step(nil) }

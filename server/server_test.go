@@ -48,6 +48,7 @@ func startServerIn(t testing.TB, dir string, cfg server.Config) (*server.Server,
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Exclusive = true
 	srv, err := server.New(cfg, eng)
 	if err != nil {
 		eng.Close()
@@ -210,7 +211,7 @@ func TestRevisionsContinueAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer eng.Close()
-		srv, err := server.New(server.Config{}, eng)
+		srv, err := server.New(server.Config{Exclusive: true}, eng)
 		if err != nil {
 			t.Fatal(err)
 		}

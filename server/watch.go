@@ -30,7 +30,14 @@ type watchStream struct {
 	notify map[core.WatchID]bool
 	// fragment lists those created with fragment set.
 	fragment map[core.WatchID]bool
+	// stopped closes when this instance stops leading: the stream ends
+	// and the client resumes elsewhere.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
+
+// stop ends the stream because leadership moved.
+func (ws *watchStream) stop() { ws.stopOnce.Do(func() { close(ws.stopped) }) }
 
 // enqueue adds a response; called with s.mu held so order is the node's.
 func (ws *watchStream) enqueue(r *pb.WatchResponse) {
@@ -44,12 +51,12 @@ func (ws *watchStream) enqueue(r *pb.WatchResponse) {
 }
 
 // deliver converts a node watch response; called with s.mu held.
-func (ws *watchStream) deliver(wr core.WatchResponse) {
+func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	id, ok := ws.remote[wr.ID]
 	if !ok {
 		return
 	}
-	r := &pb.WatchResponse{Header: ws.s.header(ws.s.node.Committed()), WatchId: id, Events: wr.Events}
+	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
 	if wr.Canceled {
 		r.Canceled, r.CompactRevision = true, wr.CompactRevision
 		if wr.CompactRevision > 0 {
@@ -61,7 +68,7 @@ func (ws *watchStream) deliver(wr core.WatchResponse) {
 	full := len(ws.queue) >= maxQueued
 	ws.mu.Unlock()
 	if full && !r.Canceled {
-		ws.s.node.CancelWatch(wr.ID)
+		n.CancelWatch(wr.ID)
 		ws.forget(wr.ID)
 		r = &pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: "axon: watcher too slow: more than 4096 responses unsent"}
 	}
@@ -141,7 +148,11 @@ type watchServer struct {
 }
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
-	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{}, notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}}
+	if !w.s.leading() {
+		return w.s.proxyWatch(stream)
+	}
+	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
+		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, stopped: make(chan struct{})}
 	done := make(chan struct{})
 	defer func() {
 		close(done)
@@ -152,9 +163,15 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 			}
 		})
 	}()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- w.send(stream, ws, done) }()
+	go func() { errc <- w.recv(stream, ws, done) }()
 	go w.notifyProgress(ws, done)
+	return <-errc
+}
+
+// recv handles the client's requests on a stream.
+func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -171,11 +188,6 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 		case *pb.WatchRequest_ProgressRequest:
 			go w.progress(ws, done)
 		}
-		select {
-		case err := <-errc:
-			return err
-		default:
-		}
 	}
 }
 
@@ -185,6 +197,8 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 		case <-ws.signal:
 		case <-done:
 			return nil
+		case <-ws.stopped:
+			return errStreamMoved
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		}
@@ -206,7 +220,7 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 }
 
 func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {
-	w.s.step(func(n *core.Node) {
+	led := w.s.step(func(n *core.Node) {
 		id := c.WatchId
 		if id == 0 || id == -1 {
 			for {
@@ -252,6 +266,9 @@ func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {
 			ws.enqueue(&pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: err.Error()})
 		}
 	})
+	if !led {
+		ws.stop()
+	}
 }
 
 func (w watchServer) cancelWatch(ws *watchStream, id int64) {

@@ -145,7 +145,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		adv = f.listenClient
 	}
 	srv, err := server.New(server.Config{
-		Core: core.Config{MaxTxnOps: f.maxTxnOps}, MemberID: 0x1a2b3c4d, ClusterID: 0xa1b2c3d4,
+		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: true,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac,
 	}, eng)

@@ -62,6 +62,11 @@ func Run(ctx context.Context, eng storage.Engine, w *core.Work) (*core.Effects, 
 	if out, done := Settled(eff, err); done {
 		return eff, out
 	}
+	if ctx.Err() != nil {
+		// Past the engine deadline: a commit now could land after a
+		// new leader took over. Not committing is definite.
+		return eff, core.NotApplied
+	}
 	return eff, Outcome(txn.Commit(ctx))
 }
 

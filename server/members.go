@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// Instances announce themselves in the engine, outside the revisioned
+// keyspace, so that any of them can list the others (MemberList) and a
+// leader can pick a successor. A record not renewed for presenceTTL
+// leases is a gone instance.
+const (
+	presencePrefix = "member/"
+	presenceTTL    = 3
+)
+
+// presence is one instance's announcement.
+type presence struct {
+	Name       string   `json:"name"`
+	Instance   string   `json:"instance"` // the ID in the election record
+	MemberID   uint64   `json:"member_id"`
+	ClientURLs []string `json:"client_urls"`
+	Expires    int64    `json:"expires"` // unix nanoseconds
+}
+
+func (p presence) addr() string {
+	if len(p.ClientURLs) == 0 {
+		return ""
+	}
+	a, _ := hostPort(p.ClientURLs[0])
+	return a
+}
+
+// announce writes this instance's presence every renewal until the
+// server closes, then removes it.
+func (s *Server) announce() {
+	defer s.work.Done()
+	every := s.member.Config().RenewEvery
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := s.writePresence(s.ctx, false); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("announce", "err", err)
+		}
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.writePresence(ctx, true)
+			cancel()
+			return
+		}
+	}
+}
+
+func (s *Server) writePresence(ctx context.Context, remove bool) error {
+	s.mu.Lock()
+	p := presence{Name: s.cfg.Name, Instance: s.id, MemberID: s.cfg.MemberID, ClientURLs: s.cfg.ClientURLs,
+		Expires: time.Now().Add(presenceTTL * s.member.Config().Lease).UnixNano()}
+	s.mu.Unlock()
+	txn, err := s.eng.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer txn.Rollback()
+	key := core.MetaKey(presencePrefix + s.cfg.Name)
+	if remove {
+		err = txn.Delete(key)
+	} else {
+		v, _ := json.Marshal(p)
+		err = txn.Set(key, v)
+	}
+	if err != nil {
+		return err
+	}
+	return txn.Commit(ctx)
+}
+
+// members lists the instances alive now, by name.
+func (s *Server) members(ctx context.Context) ([]presence, error) {
+	txn, err := s.eng.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Rollback()
+	it, err := txn.Iter(storage.IterOptions{Lower: core.MetaKey(presencePrefix), Upper: core.MetaKey(strings.TrimSuffix(presencePrefix, "/") + "0")})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	now := time.Now().UnixNano()
+	var out []presence
+	for it.Next() {
+		var p presence
+		if json.Unmarshal(it.Value(), &p) == nil && p.Expires > now {
+			out = append(out, p)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b presence) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// leaderID returns the member ID of the leader this instance believes
+// in (0: none known).
+func (s *Server) leaderID(ctx context.Context) uint64 {
+	s.mu.Lock()
+	rec, ok := s.member.Leader()
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	if rec.Holder == s.id {
+		return s.cfg.MemberID
+	}
+	ms, _ := s.members(ctx)
+	for _, p := range ms {
+		if p.Instance == rec.Holder {
+			return p.MemberID
+		}
+	}
+	return 0
+}
+
+type clusterServer struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	ms, err := c.s.members(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp := &pb.MemberListResponse{Header: c.s.header(c.s.committed())}
+	seen := false
+	for _, p := range ms {
+		// No peer URLs: instances share an engine, not a raft log.
+		resp.Members = append(resp.Members, &pb.Member{ID: p.MemberID, Name: p.Name, ClientURLs: p.ClientURLs})
+		seen = seen || p.MemberID == c.s.cfg.MemberID
+	}
+	if !seen {
+		// Not announced yet (just started): list this instance anyway.
+		c.s.mu.Lock()
+		urls := c.s.cfg.ClientURLs
+		c.s.mu.Unlock()
+		resp.Members = append(resp.Members, &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls})
+	}
+	return resp, nil
+}
+
+// errNoSuccessor: a transfer found no other live instance.
+var errNoSuccessor = errors.New("axon: no other instance to hand leadership to")
+
+// transferTo hands leadership to the instance with member ID target (0:
+// any live one) and waits until it leads or the wait runs out. Only the
+// leader transfers; others get errNotLeading.
+func (s *Server) transferTo(ctx context.Context, target uint64) error {
+	if !s.leading() {
+		return errNotLeading
+	}
+	if target == s.cfg.MemberID {
+		return nil
+	}
+	ms, err := s.members(ctx)
+	if err != nil {
+		return err
+	}
+	var to *presence
+	for i, p := range ms {
+		if p.Instance != s.id && p.addr() != "" && (target == 0 || p.MemberID == target) {
+			to = &ms[i]
+			break
+		}
+	}
+	if to == nil {
+		if target == 0 {
+			return errNoSuccessor
+		}
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	var terr error
+	s.stepMember(func(m *core.Member) { terr = m.Transfer(to.Instance, to.addr()) })
+	if terr != nil {
+		return terr
+	}
+	s.log.Info("transferring leadership", "to", to.Name)
+	deadline := time.Now().Add(s.failoverWait())
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		rec, ok := s.member.Leader()
+		done := s.member.Role() == core.Follower && ok && rec.Holder == to.Instance
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		s.step(nil)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("axon: transfer to %s did not finish in %v", to.Name, s.failoverWait())
+}
+
+// Handoff gives leadership to another live instance before this one
+// stops (SIGTERM), so clients see no error and watches resume at once. It
+// does nothing when this instance does not lead or is alone.
+func (s *Server) Handoff(ctx context.Context) error {
+	err := s.transferTo(ctx, 0)
+	if errors.Is(err, errNotLeading) || errors.Is(err, errNoSuccessor) {
+		return nil
+	}
+	return err
+}
+
+// moveLeader is MoveLeader on the leader, forwarded from elsewhere.
+func (s *Server) moveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	return forward(s, ctx, func() (*pb.MoveLeaderResponse, error) {
+		if err := s.transferTo(ctx, r.TargetID); err != nil {
+			return nil, err
+		}
+		return &pb.MoveLeaderResponse{Header: s.header(s.committed())}, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
+		return pb.NewMaintenanceClient(cc).MoveLeader(ctx, r)
+	})
+}

@@ -1,0 +1,348 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// The peer service is what instances ask each other beyond the etcd
+// API. Its messages are etcd's own, so no new protobuf is needed.
+const (
+	peerService   = "axon.Peer"
+	readIndexPath = "/" + peerService + "/ReadIndex"
+	nudgePath     = "/" + peerService + "/Nudge"
+	// forwardedKey marks a call one instance forwarded to another, so a
+	// stale view of the leader cannot bounce it around.
+	forwardedKey = "axon-forwarded"
+)
+
+type peerServer interface {
+	serveReadIndex(context.Context) (*pb.ResponseHeader, error)
+	serveNudge(context.Context) (*pb.ResponseHeader, error)
+}
+
+var peerServiceDesc = grpc.ServiceDesc{
+	ServiceName: peerService,
+	HandlerType: (*peerServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "ReadIndex", Handler: peerHandler(peerServer.serveReadIndex)},
+		{MethodName: "Nudge", Handler: peerHandler(peerServer.serveNudge)},
+	},
+}
+
+func peerHandler(fn func(peerServer, context.Context) (*pb.ResponseHeader, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		if err := dec(&pb.StatusRequest{}); err != nil {
+			return nil, err
+		}
+		return fn(srv.(peerServer), ctx)
+	}
+}
+
+// readIndex answers a follower's read index: the commit point, safe to
+// read at because a leader holds its lease (DESIGN §9).
+func (s *Server) serveReadIndex(context.Context) (*pb.ResponseHeader, error) {
+	var h *pb.ResponseHeader
+	if !s.step(func(n *core.Node) { h = s.header(n.Committed()) }) {
+		return nil, rpctypes.ErrGRPCNotLeader
+	}
+	return h, nil
+}
+
+// nudge makes this instance read the election record now: the leader
+// handed it leadership.
+func (s *Server) serveNudge(context.Context) (*pb.ResponseHeader, error) {
+	s.stepMember(func(m *core.Member) { m.Refresh() })
+	return s.header(0), nil
+}
+
+// peers holds one connection per instance this one talks to.
+type peers struct {
+	s     *Server
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers(s *Server) *peers { return &peers{s: s, conns: map[string]*grpc.ClientConn{}} }
+
+func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc := p.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	if err != nil {
+		return nil, fmt.Errorf("dial leader %s: %w", addr, err)
+	}
+	p.conns[addr] = cc
+	return cc, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, cc := range p.conns {
+		cc.Close()
+		delete(p.conns, addr)
+	}
+}
+
+func (p *peers) nudge(addr string) {
+	cc, err := p.conn(addr)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.s.ctx, time.Second)
+	defer cancel()
+	_ = cc.Invoke(ctx, nudgePath, &pb.StatusRequest{}, &pb.ResponseHeader{})
+}
+
+// leaderConn returns a connection to the leader this instance believes
+// in, or nil when it knows none (or leads itself).
+func (s *Server) leaderConn() *grpc.ClientConn {
+	s.mu.Lock()
+	rec, ok := s.member.Leader()
+	s.mu.Unlock()
+	if !ok || rec.Holder == s.id || rec.Addr == "" {
+		return nil
+	}
+	cc, err := s.peers.conn(rec.Addr)
+	if err != nil {
+		s.log.Warn("leader connection", "addr", rec.Addr, "err", err)
+		return nil
+	}
+	return cc
+}
+
+// forwarded reports whether a call came from another instance.
+func forwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+// forwardContext marks an outgoing call as forwarded.
+func forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// refused reports whether an error from the leader means the call was
+// definitely not applied there and may go to the next leader.
+func refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, errNotLeading) || errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	msg := st.Message()
+	return msg == rpctypes.ErrNotLeader.Error() || msg == rpctypes.ErrNoLeader.Error() ||
+		strings.Contains(msg, "while dialing") || strings.Contains(msg, "connection refused")
+}
+
+// failoverWait bounds how long a call waits for a leader: long enough
+// for the worst-case takeover after a crash.
+func (s *Server) failoverWait() time.Duration {
+	c := s.member.Config()
+	return 2*c.Lease + c.EngineDeadline + 2*c.MaxDrift
+}
+
+// lead runs a call on the leader: local when this instance leads,
+// otherwise forwarded. A call the leader refused before applying it
+// (leadership moving, leader gone) waits for the next leader and runs
+// again, so a leader change is invisible to clients when it can be.
+func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	deadline := time.Now().Add(s.failoverWait())
+	for {
+		err := local()
+		if !refused(err) {
+			return err
+		}
+		if errors.Is(err, errNotLeading) {
+			if forwarded(ctx) {
+				return rpctypes.ErrGRPCNotLeader // the sender retries with a fresh view
+			}
+			if cc := s.leaderConn(); cc != nil {
+				err = remote(forwardContext(ctx), cc)
+				if !refused(err) {
+					return err
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		s.stepMember(func(m *core.Member) { m.Refresh() })
+		select {
+		case <-ctx.Done():
+			return toGRPC(ctx.Err())
+		case <-s.ctx.Done():
+			return rpctypes.ErrGRPCStopped
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// readIndex batches followers' linearizable reads: one round trip to the
+// leader answers every read that arrived before it was sent.
+type readIndex struct {
+	s       *Server
+	mu      sync.Mutex
+	waiting []chan readPoint
+	busy    bool
+	known   int64 // the last commit point learned
+}
+
+type readPoint struct {
+	rev int64
+	err error
+}
+
+func (r *readIndex) last() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known
+}
+
+func (r *readIndex) learn(rev int64) {
+	r.mu.Lock()
+	r.known = max(r.known, rev)
+	r.mu.Unlock()
+}
+
+// get returns a commit point at least as new as any write acknowledged
+// before the call.
+func (r *readIndex) get(ctx context.Context) (int64, error) {
+	ch := make(chan readPoint, 1)
+	r.mu.Lock()
+	r.waiting = append(r.waiting, ch)
+	if !r.busy {
+		r.busy = true
+		go r.loop()
+	}
+	r.mu.Unlock()
+	select {
+	case p := <-ch:
+		return p.rev, p.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (r *readIndex) loop() {
+	for {
+		r.mu.Lock()
+		batch := r.waiting
+		r.waiting = nil
+		if len(batch) == 0 {
+			r.busy = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		p := r.ask()
+		if p.err == nil {
+			r.learn(p.rev)
+		}
+		for _, ch := range batch {
+			ch <- p
+		}
+	}
+}
+
+func (r *readIndex) ask() readPoint {
+	s := r.s
+	ctx, cancel := context.WithTimeout(s.ctx, s.failoverWait())
+	defer cancel()
+	var rev int64
+	err := s.lead(ctx, func() error {
+		if !s.step(func(n *core.Node) { rev = n.Committed() }) {
+			return errNotLeading
+		}
+		return nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) error {
+		h := &pb.ResponseHeader{}
+		if err := cc.Invoke(ctx, readIndexPath, &pb.StatusRequest{}, h); err != nil {
+			return err
+		}
+		rev = h.Revision
+		return nil
+	})
+	return readPoint{rev: rev, err: err}
+}
+
+// forward runs a unary call on the leader (see lead) and returns its
+// answer.
+func forward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	var out T
+	err := s.lead(ctx, func() (err error) {
+		out, err = local()
+		return err
+	}, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		out, err = remote(ctx, cc)
+		return err
+	})
+	return out, toGRPC(err)
+}
+
+// snapshot returns an engine transaction that sees every revision up to
+// a commit point, with that point and the compact revision. The leader
+// knows both; a follower learns the point from the leader (or, for a
+// serializable read, uses the last one it learned) and reads the compact
+// revision from the engine.
+func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
+	var c, compacted int64
+	led := s.step(func(n *core.Node) { c, compacted = n.Committed(), n.Compacted() })
+	if !led {
+		var err error
+		if c = s.reads.last(); !serializable || c == 0 {
+			if c, err = s.reads.get(ctx); err != nil {
+				return nil, 0, 0, err
+			}
+		}
+	}
+	txn, err := s.eng.Begin(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if !led {
+		if compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
+			txn.Rollback()
+			return nil, 0, 0, err
+		}
+	}
+	return txn, c, compacted, nil
+}
+
+// hostPort returns the host:port of an http URL.
+func hostPort(u string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("URL %q: %w", u, err)
+	}
+	if p.Host == "" {
+		return "", fmt.Errorf("URL %q: no host:port", u)
+	}
+	return p.Host, nil
+}
