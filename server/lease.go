@@ -58,7 +58,7 @@ func (l leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) 
 }
 
 func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
-	if !l.s.leading() {
+	if !l.s.Leading() {
 		return l.s.proxyKeepAlive(stream)
 	}
 	for {

@@ -170,7 +170,7 @@ var errNoSuccessor = errors.New("axon: no other instance to hand leadership to")
 // any live one) and waits until it leads or the wait runs out. Only the
 // leader transfers; others get errNotLeading.
 func (s *Server) transferTo(ctx context.Context, target uint64) error {
-	if !s.leading() {
+	if !s.Leading() {
 		return errNotLeading
 	}
 	if target == s.cfg.MemberID {

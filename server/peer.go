@@ -153,12 +153,15 @@ func refused(err error) bool {
 		return true
 	}
 	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
+	if !ok {
 		return false
 	}
 	msg := st.Message()
-	return msg == rpctypes.ErrNotLeader.Error() || msg == rpctypes.ErrNoLeader.Error() ||
-		strings.Contains(msg, "while dialing") || strings.Contains(msg, "connection refused")
+	if msg == rpctypes.ErrNotLeader.Error() || msg == rpctypes.ErrNoLeader.Error() {
+		return true
+	}
+	// A call that never reached the leader's process was not applied.
+	return st.Code() == codes.Unavailable && (strings.Contains(msg, "while dialing") || strings.Contains(msg, "connection refused"))
 }
 
 // failoverWait bounds how long a call waits for a leader: long enough

@@ -87,7 +87,7 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 func (s *Server) awaitLeaderConn(ctx context.Context) *grpc.ClientConn {
 	deadline := time.Now().Add(s.failoverWait())
 	for time.Now().Before(deadline) {
-		if s.leading() {
+		if s.Leading() {
 			return nil
 		}
 		if cc := s.leaderConn(); cc != nil {

@@ -360,5 +360,5 @@ func (s *Server) committed() int64 {
 	return c
 }
 
-// leading reports whether this instance leads now.
-func (s *Server) leading() bool { return s.step(nil) }
+// Leading reports whether this instance leads now.
+func (s *Server) Leading() bool { return s.step(nil) }

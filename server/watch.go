@@ -148,7 +148,7 @@ type watchServer struct {
 }
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
-	if !w.s.leading() {
+	if !w.s.Leading() {
 		return w.s.proxyWatch(stream)
 	}
 	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
