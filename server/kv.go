@@ -157,7 +157,9 @@ func (k kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 
 func (k kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	return write(k, ctx, r, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}}, (*pb.ResponseOp).GetResponseDeleteRange,
-		func(ctx context.Context, c pb.KVClient) (*pb.DeleteRangeResponse, error) { return c.DeleteRange(ctx, r) })
+		func(ctx context.Context, c pb.KVClient) (*pb.DeleteRangeResponse, error) {
+			return c.DeleteRange(ctx, r)
+		})
 }
 
 func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
