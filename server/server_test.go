@@ -36,7 +36,7 @@ func startWith(t *testing.T, dir string, cfg server.Config) *clientv3.Client {
 // startServer runs an Axon server with its metrics interceptors over
 // Badger in a temp dir, with the gRPC receive limit axon serve sets, and
 // returns it with a clientv3 client.
-func startServer(t *testing.T, cfg server.Config) (*server.Server, *clientv3.Client) {
+func startServer(t testing.TB, cfg server.Config) (*server.Server, *clientv3.Client) {
 	t.Helper()
 	return startServerIn(t, t.TempDir(), cfg)
 }

@@ -22,12 +22,51 @@ type Options struct {
 }
 
 // Engine is a badger database used as a storage.Engine.
+//
+// Badger syncs its log once per commit request, so concurrent commits
+// would pay one fsync each. The engine therefore runs badger in managed
+// mode and commits itself: transactions buffer their writes, a single
+// committer checks each against the writes committed since its snapshot
+// (first committer wins, as before) and writes every transaction that
+// queued meanwhile as one badger request at one timestamp — one fsync for
+// the group, and no acknowledgement before it.
 type Engine struct {
 	db *bdb.DB
 	// mu guards closed. Every operation holds it for reading while it uses
 	// db, so Close waits for operations in flight, commits included.
 	mu     sync.RWMutex
 	closed bool
+
+	queue chan *commitReq
+	stop  chan struct{}
+	done  chan struct{}
+
+	// cmu guards the clock and the conflict state.
+	cmu sync.Mutex
+	// ts is the timestamp of the last committed group: snapshots read at
+	// it and see every group up to it.
+	ts uint64
+	// active counts open transactions by snapshot timestamp; the oldest
+	// bounds which writes can still conflict and which versions badger
+	// may drop.
+	active map[uint64]int
+	// written maps a key to the timestamp of its last committed write,
+	// for keys written after the oldest open snapshot.
+	written map[string]uint64
+	groups  int
+}
+
+// commitReq is one transaction handed to the committer.
+type commitReq struct {
+	readTs uint64
+	writes map[string]pending
+	err    chan error
+}
+
+// pending is one buffered write; del marks a deletion.
+type pending struct {
+	value []byte
+	del   bool
 }
 
 var _ storage.Engine = (*Engine)(nil)
@@ -41,13 +80,163 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	bo := bdb.DefaultOptions(dir).
 		WithSyncWrites(true).
+		WithDetectConflicts(false). // the committer detects them
 		WithLogger(slogLogger{logger.With("component", "badger")}).
 		WithLoggingLevel(bdb.WARNING)
-	db, err := bdb.Open(bo)
+	db, err := bdb.OpenManaged(bo)
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", dir, err)
 	}
-	return &Engine{db: db}, nil
+	e := &Engine{
+		db: db, queue: make(chan *commitReq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
+		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
+	}
+	go e.commitLoop()
+	return e, nil
+}
+
+// commitLoop commits queued transactions in groups until Close.
+func (e *Engine) commitLoop() {
+	defer close(e.done)
+	maxCount, maxSize := e.db.MaxBatchCount()/2, e.db.MaxBatchSize()/2
+	for {
+		var first *commitReq
+		select {
+		case first = <-e.queue:
+		case <-e.stop:
+			return
+		}
+		group := []*commitReq{first}
+		count, size := first.size()
+	fill:
+		for count < maxCount && size < maxSize {
+			select {
+			case r := <-e.queue:
+				group = append(group, r)
+				c, s := r.size()
+				count, size = count+c, size+s
+			default:
+				break fill
+			}
+		}
+		e.commitGroup(group)
+	}
+}
+
+func (r *commitReq) size() (count, size int64) {
+	for k, w := range r.writes {
+		count++
+		size += int64(len(k) + len(w.value) + 16)
+	}
+	return count, size
+}
+
+// commitGroup writes the non-conflicting transactions of group at one
+// new timestamp and answers each.
+func (e *Engine) commitGroup(group []*commitReq) {
+	e.cmu.Lock()
+	ts := e.ts + 1
+	var ok []*commitReq
+	for _, r := range group {
+		if e.conflicts(r) {
+			r.err <- fmt.Errorf("badger: commit at %d: %w", r.readTs, storage.ErrConflict)
+			continue
+		}
+		for k := range r.writes {
+			e.written[k] = ts
+		}
+		ok = append(ok, r)
+	}
+	e.cmu.Unlock()
+	if len(ok) == 0 {
+		return
+	}
+	err := e.write(ts, ok)
+	e.cmu.Lock()
+	if err == nil {
+		e.ts = ts
+	}
+	e.groups++
+	if e.groups%256 == 0 || len(e.written) > 1<<16 {
+		e.prune()
+	}
+	e.cmu.Unlock()
+	for _, r := range ok {
+		r.err <- err
+	}
+}
+
+// conflicts reports whether a key r wrote or locked was written after
+// its snapshot; called with cmu held.
+func (e *Engine) conflicts(r *commitReq) bool {
+	for k := range r.writes {
+		if e.written[k] > r.readTs {
+			return true
+		}
+	}
+	return false
+}
+
+// write commits the group's writes as one badger transaction at ts.
+func (e *Engine) write(ts uint64, group []*commitReq) error {
+	tx := e.db.NewTransactionAt(ts-1, true)
+	defer tx.Discard()
+	for _, r := range group {
+		for k, w := range r.writes {
+			var err error
+			if w.del {
+				err = tx.Delete([]byte(k))
+			} else {
+				err = tx.Set([]byte(k), w.value)
+			}
+			if err != nil {
+				if errors.Is(err, bdb.ErrTxnTooBig) {
+					return fmt.Errorf("badger: commit: %w", err)
+				}
+				return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, err)
+			}
+		}
+	}
+	if err := tx.CommitAt(ts, nil); err != nil {
+		if errors.Is(err, bdb.ErrBlockedWrites) {
+			return fmt.Errorf("badger: commit: %w", err) // refused: nothing applied
+		}
+		// The write itself failed; part of it may be in the log.
+		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, err)
+	}
+	return nil
+}
+
+// prune forgets writes no open snapshot can conflict with and lets
+// badger drop versions no snapshot can read; called with cmu held.
+func (e *Engine) prune() {
+	oldest := e.ts
+	for ts := range e.active {
+		oldest = min(oldest, ts)
+	}
+	for k, ts := range e.written {
+		if ts <= oldest {
+			delete(e.written, k)
+		}
+	}
+	e.db.SetDiscardTs(oldest)
+}
+
+// snapshot registers a new transaction's snapshot.
+func (e *Engine) snapshot() uint64 {
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	e.active[e.ts]++
+	return e.ts
+}
+
+// release drops a transaction's snapshot.
+func (e *Engine) forget(ts uint64) {
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	if e.active[ts]--; e.active[ts] <= 0 {
+		delete(e.active, ts)
+	}
 }
 
 // Close closes the database after the operations in flight finish. Open
@@ -59,6 +248,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	close(e.stop)
+	<-e.done
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
 	}
@@ -86,17 +277,21 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 		return nil, err
 	}
 	defer e.release()
-	return &txn{e: e, tx: e.db.NewTransaction(true), written: make(map[string]struct{})}, nil
+	ts := e.snapshot()
+	return &txn{e: e, ts: ts, tx: e.db.NewTransactionAt(ts, true), writes: make(map[string]pending)}, nil
 }
 
 type txn struct {
 	e  *Engine
+	ts uint64
+	// tx reads the snapshot and holds the buffered writes, so reads see
+	// them; it is never committed itself.
 	tx *bdb.Txn
-	// written holds the keys in the write set (by Set, Delete or Lock);
-	// they are in badger's read set as well.
-	written map[string]struct{}
-	iters   []*iterator
-	closed  bool
+	// writes is the write set (by Set, Delete or Lock) handed to the
+	// committer.
+	writes map[string]pending
+	iters  []*iterator
+	closed bool
 }
 
 func (t *txn) begin(op string) error {
@@ -106,7 +301,7 @@ func (t *txn) begin(op string) error {
 	return t.e.acquire(op)
 }
 
-func (t *txn) StartTS() uint64 { return t.tx.ReadTs() }
+func (t *txn) StartTS() uint64 { return t.ts }
 
 func (t *txn) Get(key []byte) ([]byte, error) {
 	if err := t.begin("get"); err != nil {
@@ -127,8 +322,8 @@ func (t *txn) Get(key []byte) ([]byte, error) {
 	return v, nil
 }
 
-// track puts key in badger's read set and returns its value as of the
-// snapshot (found reports whether it exists). Callers hold the engine.
+// track returns key's value as of the snapshot (found reports whether it
+// exists). Callers hold the engine.
 func (t *txn) track(key []byte) (value []byte, found bool, err error) {
 	item, err := t.tx.Get(key)
 	switch {
@@ -146,22 +341,17 @@ func (t *txn) write(op string, key, value []byte, del bool) error {
 		return err
 	}
 	defer t.e.release()
-	if _, ok := t.written[string(key)]; !ok {
-		if _, _, err := t.track(key); err != nil {
-			return fmt.Errorf("badger: %s %q: %w", op, key, err)
-		}
-	}
-	key = bytes.Clone(key)
+	key, value = bytes.Clone(key), bytes.Clone(value)
 	var err error
 	if del {
 		err = t.tx.Delete(key)
 	} else {
-		err = t.tx.Set(key, bytes.Clone(value))
+		err = t.tx.Set(key, value)
 	}
 	if err != nil {
 		return fmt.Errorf("badger: %s %q: %w", op, key, err)
 	}
-	t.written[string(key)] = struct{}{}
+	t.writes[string(key)] = pending{value: value, del: del}
 	return nil
 }
 
@@ -175,9 +365,11 @@ func (t *txn) Lock(keys ...[]byte) error {
 	}
 	defer t.e.release()
 	for _, key := range keys {
-		if _, ok := t.written[string(key)]; ok {
-			continue // already in both the read set and the write set
+		if _, ok := t.writes[string(key)]; ok {
+			continue // already in the write set
 		}
+		// A lock rewrites the value it read: the key joins the write set
+		// and a concurrent writer of it conflicts.
 		v, found, err := t.track(key)
 		if err != nil {
 			return fmt.Errorf("badger: lock %q: %w", key, err)
@@ -191,7 +383,7 @@ func (t *txn) Lock(keys ...[]byte) error {
 		if err != nil {
 			return fmt.Errorf("badger: lock %q: %w", key, err)
 		}
-		t.written[string(key)] = struct{}{}
+		t.writes[string(key)] = pending{value: v, del: !found}
 	}
 	return nil
 }
@@ -200,6 +392,7 @@ func (t *txn) Lock(keys ...[]byte) error {
 // Discard panics while any is open). Callers hold the engine.
 func (t *txn) end() {
 	t.closed = true
+	t.e.forget(t.ts)
 	for _, it := range t.iters {
 		it.close()
 	}
@@ -225,23 +418,16 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	defer t.e.release()
 	t.end()
+	t.tx.Discard()
 	if err := ctx.Err(); err != nil {
-		t.tx.Discard()
 		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUnavailable, err)
 	}
-	err := t.tx.Commit()
-	switch {
-	case err == nil:
+	if len(t.writes) == 0 {
 		return nil
-	case errors.Is(err, bdb.ErrConflict):
-		return fmt.Errorf("badger: commit at %d: %w", t.tx.ReadTs(), storage.ErrConflict)
-	case errors.Is(err, bdb.ErrTxnTooBig), errors.Is(err, bdb.ErrBlockedWrites):
-		// Refused before the write was queued: nothing applied.
-		return fmt.Errorf("badger: commit: %w", err)
-	default:
-		// The write itself failed; part of it may be in the log.
-		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, err)
 	}
+	r := &commitReq{readTs: t.ts, writes: t.writes, err: make(chan error, 1)}
+	t.e.queue <- r
+	return <-r.err
 }
 
 func (t *txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {

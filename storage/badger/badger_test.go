@@ -246,9 +246,10 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// TestReadsConflict documents the one way badger is stricter than the
-// contract: a writing transaction also conflicts on keys it only read.
-func TestReadsConflict(t *testing.T) {
+// TestReadsDoNotConflict pins the contract exactly: only keys written or
+// locked conflict; a key the transaction only read does not (callers
+// Lock what they compare).
+func TestReadsDoNotConflict(t *testing.T) {
 	e := open(t, t.TempDir())
 	defer e.Close()
 	set(t, e, []byte("r"), []byte("0"))
@@ -263,8 +264,8 @@ func TestReadsConflict(t *testing.T) {
 	if err := reader.Set([]byte("w"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := reader.Commit(t.Context()); !errors.Is(err, storage.ErrConflict) {
-		t.Errorf("Commit = %v; want ErrConflict", err)
+	if err := reader.Commit(t.Context()); err != nil {
+		t.Errorf("Commit = %v; want nil", err)
 	}
 }
 
@@ -299,7 +300,7 @@ func BenchmarkCommitParallel(b *testing.B) {
 	defer e.Close()
 	val := bytes.Repeat([]byte("v"), 100)
 	var worker atomic.Int64
-	b.SetParallelism(4)
+	b.SetParallelism(32) // × GOMAXPROCS: 64 writers on 2 cores
 	b.RunParallel(func(pb *testing.PB) {
 		w := worker.Add(1)
 		for i := 0; pb.Next(); i++ {
