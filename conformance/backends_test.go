@@ -19,6 +19,7 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
+	"github.com/axon-kv/axon/storage/tikv"
 )
 
 // backendOptions are per-test knobs a backend may honour.
@@ -39,6 +40,7 @@ type backend struct {
 
 var backends = []backend{
 	{name: "axon", start: startAxon},
+	{name: "axon-tikv-follower", start: startAxonFollower},
 	{name: "etcd", start: startEtcd},
 }
 
@@ -89,6 +91,65 @@ func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 		eng.Close()
 	})
 	return c
+}
+
+// startAxonFollower runs three Axon instances over one in-process mock
+// TiKV cluster (several regions) and returns a client of a follower, so
+// every write, lease and watch of the suite is forwarded to the leader
+// and every read goes through the read index.
+func startAxonFollower(t testing.TB, opts backendOptions) *kubernetes.Client {
+	t.Helper()
+	base, err := tikv.NewMock(tikv.MockOptions{Regions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { base.Close() })
+	type instance struct {
+		srv  *server.Server
+		addr string
+	}
+	var ins []instance
+	for i := range 3 {
+		eng, err := base.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := server.New(server.Config{
+			ClusterID: 2, Name: "conformance-" + strconv.Itoa(i), ClientURLs: []string{"http://" + lis.Addr().String()},
+			Lease: 2 * time.Second, TickInterval: 20 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval,
+		}, eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		srv.Register(g)
+		go func() { _ = g.Serve(lis) }()
+		t.Cleanup(func() {
+			g.Stop()
+			srv.Close()
+			eng.Close()
+		})
+		ins = append(ins, instance{srv, lis.Addr().String()})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for i, in := range ins {
+			if in.srv.Leading() {
+				c := newClient(t, ins[(i+1)%len(ins)].addr)
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader among three instances after 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // etcdPortMu serialises picking free ports and binding them in embed, so
