@@ -25,8 +25,12 @@ SEEDS ?= 1000
 sim: build
 	./bin/axon sim --seeds $(SEEDS)
 
-bench:
+# Microbenchmarks, then Axon against a real etcd (BENCHFLAGS=--quick for
+# a smoke run, --scale 1m for memory and restart at one million keys).
+BENCHFLAGS ?=
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./storage/... ./sim/...
+	./bin/axon bench $(BENCHFLAGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzKeyRoundTrip -fuzztime $(FUZZTIME) ./fuzz

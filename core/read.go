@@ -65,61 +65,135 @@ func readLatest(rd Reader, key []byte) (*Record, error) {
 // aliveAt collects the keys in [key, end) alive at revision rev, in
 // ascending key order.
 func aliveAt(rd Reader, key, end []byte, rev int64) ([]*mvccpb.KeyValue, error) {
+	kvs, _, err := aliveFirst(rd, key, end, rev, -1, false)
+	return kvs, err
+}
+
+// aliveFirst returns the first keep keys in [key, end) alive at revision
+// rev, in ascending key order (every one if keep < 0), and how many are
+// alive in all. Keys past the first keep are only counted, without
+// copying their values: a paginated list of a large range costs one pass
+// over the latest records, not a copy of everything after the page.
+// keysOnly leaves values out.
+func aliveFirst(rd Reader, key, end []byte, rev int64, keep int, keysOnly bool) ([]*mvccpb.KeyValue, int64, error) {
 	if len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	lower, upper := latestBounds(key, end)
 	var (
-		kvs    []*mvccpb.KeyValue
-		err    error
-		behind [][]byte // keys whose latest record is newer than rev
+		kvs     []*mvccpb.KeyValue // nil entries: keys whose latest record is newer than rev
+		behind  [][]byte           // their raw keys, in order
+		counted int64              // alive keys past the kept ones
+		later   [][]byte           // keys newer than rev past the kept ones
+		sure    int                // entries of kvs known alive
+		err     error
 	)
 	scanErr := rd.Scan(lower, upper, false, 0, func(k, v []byte) bool {
 		var rec Record
 		if rec, err = DecodeRecord(v); err != nil {
 			return false
 		}
+		full := keep < 0 || sure < keep
+		if !full && rec.ModRev <= rev {
+			if !rec.Tombstone {
+				counted++
+			}
+			return true
+		}
 		var raw []byte
 		if raw, err = DecodeLatestKey(k); err != nil {
 			return false
 		}
-		if rec.ModRev > rev {
+		switch {
+		case rec.ModRev > rev && full:
 			behind = append(behind, raw)
 			kvs = append(kvs, nil) // placeholder keeps key order
-			return true
-		}
-		if !rec.Tombstone {
-			rec.Value = bytes.Clone(rec.Value)
+		case rec.ModRev > rev:
+			later = append(later, raw)
+		case !rec.Tombstone:
+			if keysOnly {
+				rec.Value = nil
+			} else {
+				rec.Value = bytes.Clone(rec.Value)
+			}
 			kvs = append(kvs, rec.keyValue(raw))
+			sure++
 		}
 		return true
 	})
 	if scanErr != nil {
-		return nil, scanErr
+		return nil, 0, scanErr
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if len(behind) == 0 {
-		return kvs, nil
+	for _, raw := range later {
+		rec, err := recordAt(rd, raw, nil, rev)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rec.alive() {
+			counted++
+		}
 	}
 	out := kvs[:0]
 	for _, kv := range kvs {
-		if kv != nil {
-			out = append(out, kv)
-			continue
+		if kv == nil {
+			raw := behind[0]
+			behind = behind[1:]
+			rec, err := recordAt(rd, raw, nil, rev)
+			if err != nil {
+				return nil, 0, err
+			}
+			if !rec.alive() {
+				continue
+			}
+			if keysOnly {
+				rec.Value = nil
+			}
+			kv = rec.keyValue(raw)
 		}
-		raw := behind[0]
-		behind = behind[1:]
-		rec, err := recordAt(rd, raw, nil, rev)
+		out = append(out, kv)
+	}
+	count := int64(len(out)) + counted
+	if keep >= 0 && len(out) > keep {
+		out = out[:keep]
+	}
+	return out, count, nil
+}
+
+// keyOrdered reports whether a range answers in ascending key order with
+// no filter on its keys, so that only its first Limit keys need reading
+// in full.
+func keyOrdered(req *pb.RangeRequest) bool {
+	return (req.SortOrder == pb.RangeRequest_NONE || req.SortOrder == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY) &&
+		req.SortTarget == pb.RangeRequest_KEY &&
+		req.MaxModRevision == 0 && req.MinModRevision == 0 && req.MaxCreateRevision == 0 && req.MinCreateRevision == 0
+}
+
+// rangeAt answers a validated range at revision rev.
+func rangeAt(rd Reader, req *pb.RangeRequest, rev int64) (*pb.RangeResponse, error) {
+	if !keyOrdered(req) || (req.Limit <= 0 && !req.CountOnly) {
+		kvs, err := aliveAt(rd, req.Key, req.RangeEnd, rev)
 		if err != nil {
 			return nil, err
 		}
-		if rec.alive() {
-			out = append(out, rec.keyValue(raw))
-		}
+		return shapeRange(req, kvs), nil
 	}
-	return out, nil
+	keep := int(req.Limit)
+	if req.CountOnly {
+		keep = 0
+	}
+	kvs, count, err := aliveFirst(rd, req.Key, req.RangeEnd, rev, keep, req.KeysOnly)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.RangeResponse{Count: count}
+	if !req.CountOnly {
+		resp.Kvs = kvs
+		resp.More = count > int64(len(kvs))
+	}
+	return resp, nil
 }
 
 // checkRevision validates a requested read revision against the commit
@@ -147,11 +221,10 @@ func Range(rd Reader, req *pb.RangeRequest, committed, compacted int64) (*pb.Ran
 	if err != nil {
 		return nil, err
 	}
-	kvs, err := aliveAt(rd, req.Key, req.RangeEnd, rev)
+	resp, err := rangeAt(rd, req, rev)
 	if err != nil {
 		return nil, err
 	}
-	resp := shapeRange(req, kvs)
 	resp.Header = &pb.ResponseHeader{Revision: committed}
 	return resp, nil
 }

@@ -22,7 +22,9 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
+	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
+	"github.com/axon-kv/axon/storage/tikv"
 )
 
 func main() {
@@ -33,7 +35,7 @@ func main() {
 
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{Use: "axon", Short: "Axon: an etcd v3 compatible metadata store", SilenceUsage: true}
-	root.AddCommand(serveCmd(), simCmd(), &cobra.Command{
+	root.AddCommand(serveCmd(), simCmd(), benchCmd(), etcdRefCmd(), &cobra.Command{
 		Use: "version", Short: "Print versions",
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintf(cmd.OutOrStdout(), "axon (etcd API %s)\n", server.Version)
@@ -49,13 +51,18 @@ type serveFlags struct {
 	maxTxnOps                                    int
 	progressNotify                               time.Duration
 	autoCompactionMode, autoCompactionRetention  string
+	enablePprof                                  bool
+	store                                        string
+	pdEndpoints                                  []string
+	pdCA, pdCert, pdKey                          string
+	leaderLease, maxClockDrift, engineDeadline   time.Duration
 }
 
 func serveCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the etcd v3 API over an embedded Badger engine",
+		Short: "Serve the etcd v3 API over Badger (embedded) or TiKV (several instances)",
 		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
@@ -69,6 +76,15 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "periodic: keep --auto-compaction-retention of history; revision: keep that many revisions")
 	fl.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
+	fl.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener")
+	fl.StringVar(&f.store, "store", "badger", "engine: badger (embedded, one instance) or tikv (shared by several instances)")
+	fl.StringSliceVar(&f.pdEndpoints, "pd-endpoints", nil, "PD addresses of the TiKV cluster (host:port,...), with --store tikv")
+	fl.StringVar(&f.pdCA, "pd-cacert", "", "CA file for TLS to PD and TiKV")
+	fl.StringVar(&f.pdCert, "pd-cert", "", "client certificate file for TLS to PD and TiKV")
+	fl.StringVar(&f.pdKey, "pd-key", "", "client key file for TLS to PD and TiKV")
+	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
+	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
+	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
 	return cmd
 }
 
@@ -128,16 +144,16 @@ func serve(ctx context.Context, f serveFlags) error {
 		ready atomic.Bool
 		srvP  atomic.Pointer[server.Server]
 	)
-	hs := &http.Server{Addr: metricsAddr, Handler: metricsMux(&ready, &srvP), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Addr: metricsAddr, Handler: withPprof(metricsMux(&ready, &srvP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics listener", "err", err)
 		}
 	}()
 	defer hs.Close()
-	eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log})
+	eng, exclusive, err := openEngine(ctx, f, log)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", f.dataDir, err)
+		return err
 	}
 	defer eng.Close()
 	adv := f.advertiseClient
@@ -145,7 +161,8 @@ func serve(ctx context.Context, f serveFlags) error {
 		adv = f.listenClient
 	}
 	srv, err := server.New(server.Config{
-		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: true,
+		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
+		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac,
 	}, eng)
@@ -166,6 +183,13 @@ func serve(ctx context.Context, f serveFlags) error {
 		<-ctx.Done()
 		log.Info("shutting down")
 		ready.Store(false)
+		// Hand leadership over first, so clients of other instances see
+		// no error and their watches resume at once.
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.Handoff(hctx); err != nil {
+			log.Warn("leadership handoff", "err", err)
+		}
+		cancel()
 		// Let unary calls finish; watch streams never end on their own,
 		// so after a grace period the rest is cut (clients reconnect and
 		// resume from their revision).
@@ -180,6 +204,31 @@ func serve(ctx context.Context, f serveFlags) error {
 	log.Info("serving", "client", clientAddr, "metrics", metricsAddr, "data-dir", f.dataDir)
 	ready.Store(true)
 	return g.Serve(lis)
+}
+
+// openEngine opens the engine --store names; exclusive says no other
+// instance can share it.
+func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.Engine, bool, error) {
+	switch f.store {
+	case "badger":
+		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log})
+		if err != nil {
+			return nil, false, fmt.Errorf("open %s: %w", f.dataDir, err)
+		}
+		return eng, true, nil
+	case "tikv":
+		if len(f.pdEndpoints) == 0 {
+			return nil, false, errors.New("--store tikv needs --pd-endpoints")
+		}
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		eng, err := tikv.Open(octx, f.pdEndpoints, tikv.Options{CAPath: f.pdCA, CertPath: f.pdCert, KeyPath: f.pdKey})
+		if err != nil {
+			return nil, false, err
+		}
+		return eng, false, nil
+	}
+	return nil, false, fmt.Errorf("--store %q: want badger or tikv", f.store)
 }
 
 // metricsMux serves /health, /readyz and /metrics. /readyz is 200 once

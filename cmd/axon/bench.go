@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+)
+
+type benchFlags struct {
+	quick    bool
+	scale    string
+	jsonPath string
+}
+
+func benchCmd() *cobra.Command {
+	var (
+		f benchFlags
+		o = bench.Default()
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Compare Axon with a real etcd 3.7 on Kubernetes-shaped workloads, one after the other on this machine",
+		Long: `bench starts Axon (axon serve) and then a real etcd (embedded, its defaults,
+fsync on), each in its own process on 127.0.0.1 and a fresh data dir, drives
+both with the same clientv3 workloads and prints one table with the ratios
+Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
+--scale 1m adds peak RSS and restart time with one million keys.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&o.Systems, "systems", o.Systems, "systems to run, in order: axon, etcd")
+	fl.StringSliceVar(&o.Workloads, "workloads", o.Workloads, fmt.Sprintf("workloads to run, of %v (--scale 1m adds memory)", bench.AllWorkloads))
+	fl.IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent clients of create, update, delete and get")
+	fl.IntVar(&o.Conns, "conns", o.Conns, "gRPC connections the clients share")
+	fl.IntVar(&o.Ops, "ops", o.Ops, "ops per workload and client count (upper bound)")
+	fl.DurationVar(&o.MaxTime, "max-time", o.MaxTime, "time per workload and client count (upper bound)")
+	fl.IntVar(&o.ValueSize, "value-size", o.ValueSize, "value bytes of create, update, delete, get, watch, memory and restart")
+	fl.IntVar(&o.Keys, "keys", o.Keys, "preloaded keys that update and get pick from")
+	fl.DurationVar(&o.OpTimeout, "op-timeout", o.OpTimeout, "deadline of one request")
+	fl.IntSliceVar(&o.ListSizes, "list-sizes", o.ListSizes, "objects per list workload")
+	fl.IntVar(&o.ListObjectSize, "list-object-size", o.ListObjectSize, "bytes per listed object")
+	fl.IntVar(&o.ListPage, "list-page", o.ListPage, "limit per list page")
+	fl.IntVar(&o.ListReps, "list-reps", o.ListReps, "full lists per size (upper bound)")
+	fl.IntSliceVar(&o.Watchers, "watchers", o.Watchers, "watcher counts of the watch workload")
+	fl.IntVar(&o.WatchRate, "watch-rate", o.WatchRate, "creates per second while watchers watch")
+	fl.IntVar(&o.WatchEvents, "watch-events", o.WatchEvents, "creates per watcher count (upper bound)")
+	fl.IntVar(&o.MemoryKeys, "memory-keys", o.MemoryKeys, "keys loaded before reading peak RSS")
+	fl.IntSliceVar(&o.RestartKeys, "restart-keys", o.RestartKeys, "keys stored before timing restarts")
+	fl.IntVar(&o.RestartReps, "restart-reps", o.RestartReps, "restarts per key count")
+	fl.IntVar(&o.LoadClients, "load-clients", o.LoadClients, "concurrent clients of preloads")
+	fl.IntVar(&o.LoadBatch, "load-batch", o.LoadBatch, "puts per preload txn")
+	fl.StringVar(&o.WorkDir, "work-dir", "", "where data dirs and server logs go (default: a temp dir, removed unless --keep)")
+	fl.BoolVar(&o.Keep, "keep", false, "keep data dirs and server logs")
+	fl.StringVar(&o.CPUProfileDir, "cpuprofile", "", "write a CPU profile of the Axon server per write workload to this dir")
+	fl.BoolVar(&f.quick, "quick", false, "a smoke configuration of seconds (flags given explicitly still apply)")
+	fl.StringVar(&f.scale, "scale", "", "1m: add memory (peak RSS) and restart with one million keys")
+	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
+	return cmd
+}
+
+// quickFlags copies Quick's value of each flag the user did not set.
+var quickFlags = map[string]func(dst, src *bench.Options){
+	"workloads":    func(d, s *bench.Options) { d.Workloads = s.Workloads },
+	"clients":      func(d, s *bench.Options) { d.Clients = s.Clients },
+	"ops":          func(d, s *bench.Options) { d.Ops = s.Ops },
+	"max-time":     func(d, s *bench.Options) { d.MaxTime = s.MaxTime },
+	"keys":         func(d, s *bench.Options) { d.Keys = s.Keys },
+	"list-sizes":   func(d, s *bench.Options) { d.ListSizes = s.ListSizes },
+	"list-page":    func(d, s *bench.Options) { d.ListPage = s.ListPage },
+	"list-reps":    func(d, s *bench.Options) { d.ListReps = s.ListReps },
+	"watchers":     func(d, s *bench.Options) { d.Watchers = s.Watchers },
+	"watch-rate":   func(d, s *bench.Options) { d.WatchRate = s.WatchRate },
+	"watch-events": func(d, s *bench.Options) { d.WatchEvents = s.WatchEvents },
+	"memory-keys":  func(d, s *bench.Options) { d.MemoryKeys = s.MemoryKeys },
+	"restart-keys": func(d, s *bench.Options) { d.RestartKeys = s.RestartKeys },
+	"restart-reps": func(d, s *bench.Options) { d.RestartReps = s.RestartReps },
+	"load-clients": func(d, s *bench.Options) { d.LoadClients = s.LoadClients },
+}
+
+func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
+	if f.quick {
+		q := bench.Quick()
+		for name, set := range quickFlags {
+			if !cmd.Flags().Changed(name) {
+				set(&o, &q)
+			}
+		}
+	}
+	switch f.scale {
+	case "":
+	case "1m":
+		o.Scale1M()
+	default:
+		return fmt.Errorf("--scale %q: want 1m", f.scale)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the axon binary: %w", err)
+	}
+	o.Binary = exe
+	o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rep, err := bench.Run(ctx, o)
+	if rep != nil {
+		if terr := rep.WriteTable(cmd.OutOrStdout()); terr != nil && err == nil {
+			err = terr
+		}
+		if jerr := writeJSON(cmd, f.jsonPath, rep); jerr != nil && err == nil {
+			err = jerr
+		}
+		o.Log.Info("bench done", "took", time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
+	}
+	return err
+}
+
+func writeJSON(cmd *cobra.Command, path string, rep *bench.Report) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = cmd.OutOrStdout().Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+// withPprof adds net/http/pprof's handlers to mux when on (serve
+// --enable-pprof), so that bench --cpuprofile can profile the server.
+func withPprof(mux *http.ServeMux, on bool) *http.ServeMux {
+	if on {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}

@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStatCPUCountsFromTheLastParenthesis(t *testing.T) {
+	// A command name with spaces and a parenthesis; utime 250, stime 50.
+	stat := "4242 (axon (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1000 2000000 3000 18446744073709551615"
+	got, err := parseStatCPU(stat)
+	if err != nil || got != 3.0 {
+		t.Fatalf("parseStatCPU = %v, %v; want 3.0", got, err)
+	}
+	if _, err := parseStatCPU("4242 (axon) S 1 2"); err == nil {
+		t.Fatal("short stat: want an error")
+	}
+}
+
+func TestParseHWM(t *testing.T) {
+	got, err := parseHWM("Name:\taxon\nVmPeak:\t  900 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n")
+	if err != nil || got != 2048*1024 {
+		t.Fatalf("parseHWM = %d, %v; want %d", got, err, 2048*1024)
+	}
+	if _, err := parseHWM("Name:\taxon\n"); err == nil {
+		t.Fatal("no VmHWM: want an error")
+	}
+}
+
+func TestOwnProcessIsMeasurable(t *testing.T) {
+	pid := os.Getpid()
+	if _, err := procCPU(pid); err != nil {
+		t.Fatal(err)
+	}
+	if rss, err := procPeakRSS(pid); err != nil || rss <= 0 {
+		t.Fatalf("procPeakRSS = %d, %v", rss, err)
+	}
+}
+
+func TestPercentileIsNearestRank(t *testing.T) {
+	var s []time.Duration
+	for i := 1; i <= 200; i++ {
+		s = append(s, time.Duration(i))
+	}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{0.5, 100}, {0.99, 198}, {1, 200}, {0.001, 1}} {
+		if got := percentile(s, tt.p); got != tt.want {
+			t.Errorf("percentile(1..200, %v) = %d, want %d", tt.p, got, tt.want)
+		}
+	}
+	if got := percentile(nil, 0.5); got != 0 {
+		t.Errorf("percentile(nil) = %d", got)
+	}
+}
+
+func TestCountNamesRoundNumbersShort(t *testing.T) {
+	for n, want := range map[int]string{200: "200", 1000: "1k", 10000: "10k", 100000: "100k", 1000000: "1m", 1500: "1500"} {
+		if got := count(n); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestTableHasARowPerWorkloadAndRatios(t *testing.T) {
+	rep := &Report{Systems: []string{"axon", "etcd"}}
+	row := rep.row("create c=64", Create, 64, 0, "request")
+	row.Results["axon"] = &Result{Ops: 1000, OpsPerSec: 4000, P50Ms: 1, P99Ms: 4, OpsPerServerCPUSec: 8000, ServerPeakRSSBytes: 100 << 20, LatencySamples: 1000}
+	row.Results["etcd"] = &Result{Ops: 1000, OpsPerSec: 2000, P50Ms: 2, P99Ms: 8, OpsPerServerCPUSec: 2000, ServerPeakRSSBytes: 300 << 20, LatencySamples: 1000, Conflicts: 3}
+	rep.row("list n=10k", List, 0, 10000, "full list").Results["axon"] = &Result{Ops: 5, OpsPerSec: 10}
+	rep.row("watch w=10", Watch, 0, 10, "event delivered") // interrupted before any result
+	rep.finish()
+	if len(rep.Rows) != 2 {
+		t.Fatalf("%d rows, want the 2 with results", len(rep.Rows))
+	}
+	if q := row.Ratio; q == nil || q.OpsPerSec != 2 || q.P99 != 0.5 || q.OpsPerServerCPUSec != 4 {
+		t.Fatalf("ratio %+v", row.Ratio)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"create c=64", "list n=10k", "2.00x", "0.50x", "4.00x", "etcd: 3 conflicts"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestQuickRunsEveryWorkload(t *testing.T) {
+	o := Quick()
+	o.Binary = "axon"
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range AllWorkloads {
+		if !o.has(w) {
+			t.Errorf("quick lacks %s", w)
+		}
+	}
+	o.Systems = []string{"zookeeper"}
+	if err := o.validate(); err == nil {
+		t.Error("unknown system: want an error")
+	}
+}

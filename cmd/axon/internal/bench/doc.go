@@ -1,0 +1,52 @@
+// Package bench drives Axon and a reference etcd with the same
+// Kubernetes-shaped clientv3 workloads and compares them: it is the engine
+// of `axon bench`.
+//
+// # Systems
+//
+// Each system is a child process of the benchmark: Axon is `axon serve`,
+// etcd is `axon etcd-reference` (go.etcd.io/etcd/server/v3/embed with
+// etcd's defaults, fsync on, one member). Both listen on 127.0.0.1 on ports
+// the OS hands out and keep their data in a fresh directory. Systems run one
+// after the other, never at once: on a small machine they would take CPU
+// from each other.
+//
+// # Workloads
+//
+// The workloads that issue single requests run against one long-lived
+// server per system, at each client count, with a distinct key prefix per
+// workload and client count:
+//
+//   - create: Txn If ModRevision(k)==0 Then Put Else Get, a new key per op.
+//   - update: Get a random key of a preloaded set, then Txn If
+//     ModRevision(k)==rev Then Put Else Get. One op is the pair; a failed
+//     compare counts as a conflict and not as an op.
+//   - delete: Txn If ModRevision(k)==rev Then Delete Else Get on preloaded
+//     keys whose revision the preload returned.
+//   - get: linearizable Get of a random preloaded key.
+//   - list: a paginated (limit 500) read of every object under a prefix, the
+//     first page linearizable and the rest at its revision, the way the
+//     Kubernetes apiserver lists. One op is a full list.
+//   - watch: watchers on a prefix with prev_kv while one writer creates at
+//     a fixed rate. One op is an event delivered to one watcher; its latency
+//     runs from the writer's ack to the watcher receiving it.
+//
+// Two more start servers of their own on fresh directories:
+//
+//   - memory: load N keys (many clients, batched txns) and read the
+//     server's peak RSS (VmHWM).
+//   - restart: load N keys, then repeatedly stop the server with SIGTERM and
+//     time from starting the process to the first successful linearizable
+//     Get. One op is a restart.
+//
+// Preloads are outside the timed part. A workload ends when it has done its
+// op count or its time is up, whichever is first; ops in flight finish.
+//
+// # Measurements
+//
+// Per workload and system: ops/s, p50 and p99 latency (from every sample),
+// the server's CPU time (utime+stime from /proc/<pid>/stat) and the load
+// generator's (getrusage of this process) across the timed part, and the
+// server's peak RSS so far. On a small machine the generator competes with
+// the server, so ops per server CPU-second is the fairer efficiency figure.
+package bench

@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// system says how to run one kind of server from the axon binary.
+type system struct {
+	name string
+	args func(s *server) []string
+}
+
+var systems = map[string]system{
+	"axon": {name: "axon", args: func(s *server) []string {
+		a := []string{"serve", "--data-dir", s.dir,
+			"--listen-client-urls", "http://" + s.client, "--listen-metrics-urls", "http://" + s.metrics}
+		if s.pprof {
+			a = append(a, "--enable-pprof")
+		}
+		return a
+	}},
+	"etcd": {name: "etcd", args: func(s *server) []string {
+		return []string{"etcd-reference", "--data-dir", s.dir,
+			"--listen-client-urls", "http://" + s.client, "--listen-peer-urls", "http://" + s.peer,
+			"--log-file", s.logPath}
+	}},
+}
+
+// server is one server process on one data dir. Its ports stay the same
+// across restarts: etcd keeps its peer URL in the data dir.
+type server struct {
+	sys                   system
+	bin, dir, logPath     string
+	client, peer, metrics string
+	pprof                 bool
+
+	cmd    *exec.Cmd
+	logf   *os.File
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+func newServer(bin string, sys system, dir string, pprof bool) (*server, error) {
+	s := &server{sys: sys, bin: bin, dir: dir, logPath: dir + ".log", pprof: pprof}
+	for _, p := range []*string{&s.client, &s.peer, &s.metrics} {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		*p = a
+	}
+	return s, nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func (s *server) start() error {
+	if err := os.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
+		return fmt.Errorf("make work dir: %w", err)
+	}
+	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open server log: %w", err)
+	}
+	cmd := exec.Command(s.bin, s.sys.args(s)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// A server outliving a killed benchmark would hold its port and disk.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", s.sys.name, err)
+	}
+	s.cmd, s.logf, s.exited = cmd, f, make(chan struct{})
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+	return nil
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+func (s *server) running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitReady returns once a linearizable Get succeeds. It first waits for
+// the port to accept, so that the time measured is the server's and not
+// gRPC's reconnect backoff.
+func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	wait := func(what string, last error) error {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v (%s): %w", s.sys.name, timeout, what, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.exited:
+			return fmt.Errorf("%s exited while starting (%v); log %s:\n%s", s.sys.name, s.err, s.logPath, s.logTail())
+		case <-tick.C:
+			return nil
+		}
+	}
+	for {
+		c, err := net.DialTimeout("tcp", s.client, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if err := wait("port", err); err != nil {
+			return err
+		}
+	}
+	cli, err := dial(s.client)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := cli.Get(gctx, "/bench/ready")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if err := wait("get", err); err != nil {
+			return err
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for the process to exit, killing it if it
+// takes more than 30 s.
+func (s *server) stop() error {
+	if s.cmd == nil {
+		return nil
+	}
+	defer func() {
+		s.logf.Close()
+		s.cmd = nil
+	}()
+	if s.running() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("%s did not stop within 30s of SIGTERM; killed", s.sys.name)
+	}
+	var ee *exec.ExitError
+	if s.err != nil && !errors.As(s.err, &ee) {
+		return fmt.Errorf("%s: %w", s.sys.name, s.err)
+	}
+	return nil
+}
+
+func (s *server) logTail() string {
+	f, err := os.Open(s.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const n = 4096
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
+func dial(addr string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", addr, err)
+	}
+	return cli, nil
+}
+
+// userHZ is the unit of the times in /proc/<pid>/stat; Linux fixes it at
+// 100 for user space on every architecture Go supports.
+const userHZ = 100
+
+// procCPU returns the user plus system CPU seconds process pid has used.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time: %w", err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) of a
+// /proc/<pid>/stat line. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from its closing parenthesis.
+func parseStatCPU(stat string) (float64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed stat %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("malformed stat %q", stat)
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("malformed stat: %w", err)
+	}
+	return float64(u+st) / userHZ, nil
+}
+
+// procPeakRSS returns the peak resident set size (VmHWM) of process pid
+// in bytes.
+func procPeakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read peak rss: %w", err)
+	}
+	return parseHWM(string(b))
+}
+
+func parseHWM(status string) (int64, error) {
+	for line := range strings.SplitSeq(status, "\n") {
+		v, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("malformed VmHWM %q: %w", line, err)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("no VmHWM in status")
+}
+
+// selfCPU returns the user plus system CPU seconds of this process.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}

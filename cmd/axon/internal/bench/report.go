@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+var perSystem = []string{"ops/s", "p50", "p99", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS"}
+
+// WriteTable writes the report as one table: a row per workload, a group
+// of columns per system and, when both ran, the Axon/etcd ratios.
+func (rep *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	ratios := false
+	for _, r := range rep.Rows {
+		ratios = ratios || r.Ratio != nil
+	}
+	// Right-aligned numbers, but the names padded to read left-aligned.
+	width := len("workload")
+	for _, r := range rep.Rows {
+		width = max(width, len(r.Name))
+	}
+	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
+	h1, h2 := []string{pad("")}, []string{pad("workload")}
+	for _, s := range rep.Systems {
+		for i, c := range perSystem {
+			top := ""
+			if i == 0 {
+				top = s
+			}
+			h1 = append(h1, top)
+			h2 = append(h2, c)
+		}
+	}
+	if ratios {
+		h1 = append(h1, "axon/etcd", "", "", "", "")
+		h2 = append(h2, "ops/s", "p50", "p99", "ops/srvCPU-s", "peakRSS")
+	}
+	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	line(h1)
+	line(h2)
+	for _, r := range rep.Rows {
+		cells := []string{pad(r.Name)}
+		for _, s := range rep.Systems {
+			res := r.Results[s]
+			if res == nil {
+				cells = append(cells, "-", "-", "-", "-", "-", "-", "-")
+				continue
+			}
+			cells = append(cells, fmtRate(res.OpsPerSec), fmtLat(res.P50Ms, res.LatencySamples), fmtLat(res.P99Ms, res.LatencySamples),
+				fmtSec(res.ServerCPUSecPer1kOps), fmtRate(res.OpsPerServerCPUSec), fmtSec(res.ClientCPUSecPer1kOps),
+				fmtBytes(res.ServerPeakRSSBytes))
+		}
+		if ratios {
+			if q := r.Ratio; q != nil {
+				cells = append(cells, fmtRatio(q.OpsPerSec), fmtRatio(q.P50), fmtRatio(q.P99), fmtRatio(q.OpsPerServerCPUSec), fmtRatio(q.ServerPeakRSS))
+			} else {
+				cells = append(cells, "-", "-", "-", "-", "-")
+			}
+		}
+		line(cells)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var notes []string
+	for _, r := range rep.Rows {
+		for _, s := range rep.Systems {
+			res := r.Results[s]
+			if res == nil || res.Conflicts+res.Errors == 0 {
+				continue
+			}
+			n := fmt.Sprintf("%s %s: %d conflicts, %d errors", r.Name, s, res.Conflicts, res.Errors)
+			if res.FirstError != "" {
+				n += " (first: " + res.FirstError + ")"
+			}
+			notes = append(notes, n)
+		}
+	}
+	fmt.Fprintln(w, `
+One op: a request (create, update = Get + CAS txn, delete, get; a lost compare is a conflict, not
+an op); a full paginated list (list); an event delivered to one watcher (watch; p50/p99 = write ack
+to delivery, 0 if the event came first); a restart (p50/p99 = process start to first linearizable
+Get); a key loaded in batches (memory). srvCPU/1k, genCPU/1k: CPU seconds per 1,000 ops of the
+server, of this load generator. peakRSS: the server's VmHWM so far. Ratios: Axon's over etcd's.`)
+	for _, n := range notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+func fmtRate(f float64) string {
+	switch {
+	case f == 0:
+		return "-"
+	case f >= 1e6:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case f >= 1e4:
+		return fmt.Sprintf("%.1fk", f/1e3)
+	case f >= 100:
+		return fmt.Sprintf("%.0f", f)
+	case f >= 1:
+		return fmt.Sprintf("%.1f", f)
+	}
+	return fmt.Sprintf("%.3f", f)
+}
+
+// fmtLat is fmtMs, but 0 from real samples shows as 0.
+func fmtLat(ms float64, samples int64) string {
+	if ms == 0 && samples > 0 {
+		return "0"
+	}
+	return fmtMs(ms)
+}
+
+func fmtMs(ms float64) string {
+	switch {
+	case ms == 0:
+		return "-"
+	case ms >= 1000:
+		return fmt.Sprintf("%.2fs", ms/1000)
+	case ms >= 10:
+		return fmt.Sprintf("%.0fms", ms)
+	case ms >= 1:
+		return fmt.Sprintf("%.1fms", ms)
+	}
+	return fmt.Sprintf("%.0fµs", ms*1000)
+}
+
+func fmtSec(s float64) string {
+	switch {
+	case s == 0:
+		return "-"
+	case s >= 100:
+		return fmt.Sprintf("%.0fs", s)
+	case s >= 1:
+		return fmt.Sprintf("%.2fs", s)
+	}
+	return fmt.Sprintf("%.3fs", s)
+}
+
+func fmtBytes(b int64) string {
+	switch {
+	case b == 0:
+		return "-"
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2fG", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%.0fM", float64(b)/(1<<20))
+}
+
+func fmtRatio(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", f)
+}

@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one system's measurement of one row.
+type Result struct {
+	Ops        int64  `json:"ops"`
+	Conflicts  int64  `json:"conflicts"`
+	Errors     int64  `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+
+	Seconds   float64 `json:"seconds"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	// LatencySamples is how many latencies p50 and p99 come from.
+	LatencySamples int64 `json:"latency_samples"`
+
+	ServerCPUSec         float64 `json:"server_cpu_sec"`
+	ServerCPUSecPer1kOps float64 `json:"server_cpu_sec_per_1k_ops"`
+	OpsPerServerCPUSec   float64 `json:"ops_per_server_cpu_sec"`
+	ClientCPUSec         float64 `json:"client_cpu_sec"`
+	ClientCPUSecPer1kOps float64 `json:"client_cpu_sec_per_1k_ops"`
+	ServerPeakRSSBytes   int64   `json:"server_peak_rss_bytes"`
+	// Watch only: the creates/s the writer reached, and delivery latency
+	// counted from sending the write rather than from its ack.
+	WriteRate     float64 `json:"write_rate,omitempty"`
+	FromSendP50Ms float64 `json:"from_send_p50_ms,omitempty"`
+	FromSendP99Ms float64 `json:"from_send_p99_ms,omitempty"`
+}
+
+// Row is one workload (at one client count or size) across systems.
+type Row struct {
+	Name     string `json:"name"`
+	Workload string `json:"workload"`
+	Clients  int    `json:"clients,omitempty"`
+	Size     int    `json:"size,omitempty"` // objects listed, watchers, or keys stored
+	// Unit is what one op is in this row.
+	Unit    string             `json:"unit"`
+	Results map[string]*Result `json:"results"`
+	// Ratio is Axon's figure over etcd's, when both ran; 0 where undefined.
+	Ratio *Ratio `json:"ratio_axon_etcd,omitempty"`
+}
+
+// Ratio holds Axon/etcd ratios of a row.
+type Ratio struct {
+	OpsPerSec          float64 `json:"ops_per_sec"`
+	P50                float64 `json:"p50"`
+	P99                float64 `json:"p99"`
+	OpsPerServerCPUSec float64 `json:"ops_per_server_cpu_sec"`
+	ServerPeakRSS      float64 `json:"server_peak_rss"`
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Started   time.Time `json:"started"`
+	Seconds   float64   `json:"seconds"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"go_version"`
+	Options   Options   `json:"options"`
+	Systems   []string  `json:"systems"`
+	Rows      []*Row    `json:"rows"`
+}
+
+func (rep *Report) row(name, workload string, clients, size int, unit string) *Row {
+	for _, r := range rep.Rows {
+		if r.Name == name {
+			return r
+		}
+	}
+	r := &Row{Name: name, Workload: workload, Clients: clients, Size: size, Unit: unit, Results: map[string]*Result{}}
+	rep.Rows = append(rep.Rows, r)
+	return r
+}
+
+// finish drops rows a failed or interrupted run left empty and computes
+// the ratios.
+func (rep *Report) finish() {
+	rep.Rows = slices.DeleteFunc(rep.Rows, func(r *Row) bool { return len(r.Results) == 0 })
+	for _, r := range rep.Rows {
+		a, e := r.Results["axon"], r.Results["etcd"]
+		if a == nil || e == nil {
+			continue
+		}
+		r.Ratio = &Ratio{
+			OpsPerSec:          div(a.OpsPerSec, e.OpsPerSec),
+			P50:                div(a.P50Ms, e.P50Ms),
+			P99:                div(a.P99Ms, e.P99Ms),
+			OpsPerServerCPUSec: div(a.OpsPerServerCPUSec, e.OpsPerServerCPUSec),
+			ServerPeakRSS:      div(float64(a.ServerPeakRSSBytes), float64(e.ServerPeakRSSBytes)),
+		}
+	}
+}
+
+func div(a, b float64) float64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// usage is the CPU both sides used from a start point.
+type usage struct {
+	at           time.Time
+	server, self float64
+	pid          int
+}
+
+func startUsage(pid int) (usage, error) {
+	c, err := procCPU(pid)
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{at: time.Now(), server: c, self: selfCPU(), pid: pid}, nil
+}
+
+// finish fills r's rates and CPU figures from u to now; r.Ops must be set.
+func (u usage) finish(r *Result) error {
+	elapsed := time.Since(u.at)
+	self := selfCPU()
+	c, err := procCPU(u.pid)
+	if err != nil {
+		return err
+	}
+	rss, err := procPeakRSS(u.pid)
+	if err != nil {
+		return err
+	}
+	r.Seconds = elapsed.Seconds()
+	r.OpsPerSec = div(float64(r.Ops), r.Seconds)
+	r.ServerCPUSec = c - u.server
+	r.ClientCPUSec = self - u.self
+	r.ServerCPUSecPer1kOps = div(r.ServerCPUSec*1000, float64(r.Ops))
+	r.ClientCPUSecPer1kOps = div(r.ClientCPUSec*1000, float64(r.Ops))
+	r.OpsPerServerCPUSec = div(float64(r.Ops), r.ServerCPUSec)
+	r.ServerPeakRSSBytes = rss
+	return nil
+}
+
+// setLatency sorts samples and stores their p50 and p99.
+func (r *Result) setLatency(samples []time.Duration) {
+	r.P50Ms, r.P99Ms = p50p99(samples)
+	r.LatencySamples = int64(len(samples))
+}
+
+// p50p99 sorts samples and returns their p50 and p99 in milliseconds.
+func p50p99(samples []time.Duration) (float64, float64) {
+	slices.Sort(samples)
+	return ms(percentile(samples, 0.50)), ms(percentile(samples, 0.99))
+}
+
+// percentile is the nearest-rank percentile of sorted samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(float64(len(sorted))*p)) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

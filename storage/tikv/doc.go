@@ -1,0 +1,90 @@
+// Package tikv is Axon's production engine: storage.Engine over a TiKV
+// cluster through github.com/tikv/client-go/v2 (txnkv, optimistic
+// transactions). Open connects to PD; NewMock runs the same code over
+// client-go's in-process cluster (mocktikv), with as many regions as a
+// test wants, for tests in any package.
+//
+// # Transactions
+//
+// Begin takes a fresh timestamp from PD, so the snapshot holds every
+// transaction committed before the call, and StartTS is that timestamp.
+// Reads (Get, Iter) run under Begin's context: canceling it fails them
+// with storage.ErrUnavailable. Writes are buffered in client-go's write
+// buffer and sent by Commit's two-phase commit. Async commit and 1PC are
+// off: with plain 2PC a transaction is committed exactly when the Commit
+// RPC of its primary key succeeds, which is what makes failures
+// classifiable (below).
+//
+// Lock(keys) flags the keys as locked in the buffer without writing them.
+// At Commit each such key becomes an Op_Lock mutation: its prewrite fails
+// on a write committed after the snapshot, and its commit leaves a
+// lock-type write record that makes later committers whose snapshots
+// predate it fail in turn. The value is never touched.
+//
+// TiKV cannot store an empty value in a transaction (the buffer uses
+// empty for "deleted"), so values that are empty or start with 0xFF are
+// stored with a 0xFF byte in front; all others, Axon's records included,
+// are stored as they are.
+//
+// # Errors
+//
+//	client-go outcome                                  storage error
+//	key not found                                      ErrNotFound
+//	write conflict (prewrite found a newer write or    ErrConflict
+//	  a newer lock), latch conflict, "retryable"
+//	  (e.g. our locks were rolled back meanwhile)
+//	ErrResultUndetermined (lost answer to the          ErrUncertain
+//	  primary's Commit RPC, UndeterminedResult)
+//	any other failure after a Commit RPC was sent      ErrUncertain
+//	  (context canceled or deadline, unknown errors)
+//	any failure before a Commit RPC was sent (TSO,     ErrUnavailable
+//	  prewrite RPC errors, region unavailable,
+//	  backoff exhausted, context canceled)
+//	failed reads, failed Begin                         ErrUnavailable
+//	transaction or entry too large                     none (plain error)
+//	engine or transaction closed                       ErrClosed
+//
+// Every error wraps client-go's with %w. Whether a Commit RPC was sent is
+// tracked per transaction with an RPC interceptor.
+//
+// # Iteration
+//
+// An iterator merges the snapshot with the transaction's buffer (whose
+// entries win, and whose deletions hide keys). client-go's own union
+// iterator is not used: its buffer side panics once the transaction
+// writes during the iteration, while this one reopens the buffer side
+// just past the last key returned, so writes ahead of the position show.
+//
+// The snapshot side of a scan whose Limit hint is 0 or at least 1000 and
+// whose range spans several regions is read region-parallel: the range is
+// cut at the region borders known to the region cache and up to
+// ScanConcurrency (default 4) workers scan consecutive pieces, each with
+// its own Scanner at the start timestamp, while the consumer drains the
+// pieces in order. Region changes during the scan are handled by each
+// Scanner. Other scans use one Scanner with batches sized by the Limit
+// hint; no scan stops before its bounds.
+//
+// Two client-go Scanner quirks are worked around: a reverse scan without
+// an upper bound is located at the first region instead of the last (the
+// bound is replaced by 32 bytes of 0xFF and any keys above are read
+// forward), and a reverse scan whose batch ends exactly at a lower bound
+// that starts a region would send an empty-range request to the wrong
+// region (the iterator stops at the lower bound itself).
+//
+// # Sharing and closing
+//
+// Close waits for the operations in flight, stops scan workers, and makes
+// open transactions fail with ErrClosed; a second Close returns nil.
+// Share returns another handle on the same client: each user closes its
+// own handle, and the client (for a mock, the in-process cluster) is
+// released with the last.
+//
+// # Mock regions
+//
+// MockOptions.Regions = N cuts Axon's history and latest spaces into N
+// regions each at the N-quantiles of a sample of raw keys (by default the
+// 100,000 keys "/registry/pods/ns/pod-000000" on), with a region border
+// at the start of each space and at the end of the latest space, so a
+// list of keys distributed like the sample spreads evenly over N regions.
+// SplitKeys sets the borders directly.
+package tikv

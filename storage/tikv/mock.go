@@ -1,0 +1,127 @@
+package tikv
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/tikv/client-go/v2/testutils"
+	kvstore "github.com/tikv/client-go/v2/tikv"
+
+	"github.com/axon-kv/axon/core"
+)
+
+// MockOptions configure NewMock.
+type MockOptions struct {
+	// SplitKeys are engine keys at which regions begin (besides the
+	// first). When set, Regions and Sample are ignored.
+	SplitKeys [][]byte
+	// Regions, if 2 or more, cuts each of Axon's latest and history
+	// spaces into that many regions, at the quantiles of Sample; the
+	// spaces themselves start regions too, so there are 2*Regions+2 in
+	// all. 0 or 1 means a single region.
+	Regions int
+	// Sample holds raw (etcd) keys whose distribution the region borders
+	// follow: the borders are the latest and history keys of every
+	// len(Sample)/Regions-th sample key in order, so a scan over keys
+	// distributed like the sample spreads evenly. Nil means the keys
+	// DefaultSample describes.
+	Sample [][]byte
+	// ScanConcurrency is as in Options.
+	ScanConcurrency int
+	// WrapClient, if set, wraps the client that carries every RPC to the
+	// mock cluster; tests use it to watch or fail requests.
+	WrapClient func(kvstore.Client) kvstore.Client
+}
+
+// DefaultSample describes the sample used when MockOptions.Sample is nil:
+// DefaultSampleCount keys fmt.Sprintf(DefaultSampleFormat, i), like the
+// pods of one Kubernetes namespace.
+const (
+	DefaultSampleFormat = "/registry/pods/ns/pod-%06d"
+	DefaultSampleCount  = 100_000
+)
+
+// mockParts are the pieces of an in-process cluster that tests reach.
+type mockParts struct {
+	cluster *testutils.MockCluster
+}
+
+// NewMock returns an Engine over client-go's in-process TiKV cluster
+// (mocktikv: MVCC in memory, the real client-side 2PC, lock resolution
+// and region routing), split into regions as opts say. It is for tests;
+// its timestamps come from the local clock.
+func NewMock(opts MockOptions) (*Engine, error) {
+	splits, err := mockSplitKeys(opts)
+	if err != nil {
+		return nil, err
+	}
+	cli, cluster, pd, err := testutils.NewMockTiKV("", nil)
+	if err != nil {
+		return nil, fmt.Errorf("tikv: mock: %w", err)
+	}
+	testutils.BootstrapWithMultiRegions(cluster, splits...)
+	store, err := kvstore.NewTestTiKVStore(cli, pd, opts.WrapClient, nil, 0)
+	if err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("tikv: mock: %w", err)
+	}
+	return newEngine(&backend{
+		store:           store,
+		scanConcurrency: concurrency(opts.ScanConcurrency),
+		mock:            &mockParts{cluster: cluster},
+	}), nil
+}
+
+// mockSplitKeys returns the sorted, distinct, non-empty split keys opts
+// ask for.
+func mockSplitKeys(opts MockOptions) ([][]byte, error) {
+	var keys [][]byte
+	switch {
+	case len(opts.SplitKeys) > 0:
+		for _, k := range opts.SplitKeys {
+			if len(k) == 0 {
+				return nil, fmt.Errorf("tikv: mock: empty split key")
+			}
+			keys = append(keys, bytes.Clone(k))
+		}
+	case opts.Regions > 1:
+		quantiles := sampleQuantiles(opts.Sample, opts.Regions)
+		keys = append(keys, core.HistoryKey(nil, 0))
+		for _, q := range quantiles {
+			keys = append(keys, core.HistoryKey(q, 0))
+		}
+		keys = append(keys, core.LatestKey(nil))
+		for _, q := range quantiles {
+			keys = append(keys, core.LatestKey(q))
+		}
+		keys = append(keys, core.MetaKey("")) // the end of the latest space
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	return slices.CompactFunc(keys, bytes.Equal), nil
+}
+
+// sampleQuantiles returns the raw keys that cut sample into n parts of
+// equal size (fewer if the sample has too few distinct keys).
+func sampleQuantiles(sample [][]byte, n int) [][]byte {
+	var qs [][]byte
+	if sample == nil {
+		for i := 1; i < n; i++ {
+			qs = append(qs, fmt.Appendf(nil, DefaultSampleFormat, i*DefaultSampleCount/n))
+		}
+		return qs
+	}
+	sorted := slices.Clone(sample)
+	slices.SortFunc(sorted, bytes.Compare)
+	sorted = slices.CompactFunc(sorted, bytes.Equal)
+	if len(sorted) == 0 {
+		return nil
+	}
+	for i := 1; i < n; i++ {
+		q := sorted[i*len(sorted)/n]
+		if len(qs) == 0 || !bytes.Equal(q, qs[len(qs)-1]) {
+			qs = append(qs, q)
+		}
+	}
+	return qs
+}
