@@ -81,6 +81,18 @@ func Open(dir string, opts Options) (*Engine, error) {
 	bo := bdb.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithDetectConflicts(false). // the committer detects them
+		// Memory: Axon's working set is the latest records; badger's
+		// defaults (5×64 MiB memtables, 256 MiB block cache, every
+		// table index resident, 1 GiB mmapped value log) would dwarf it.
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(3).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(10).
+		WithNumCompactors(2).
+		WithBaseTableSize(1 << 20). // compaction builds tables in memory
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
 		WithLogger(slogLogger{logger.With("component", "badger")}).
 		WithLoggingLevel(bdb.WARNING)
 	db, err := bdb.OpenManaged(bo)
