@@ -65,39 +65,60 @@ func readLatest(rd Reader, key []byte) (*Record, error) {
 // aliveAt collects the keys in [key, end) alive at revision rev, in
 // ascending key order.
 func aliveAt(rd Reader, key, end []byte, rev int64) ([]*mvccpb.KeyValue, error) {
-	kvs, _, err := aliveFirst(rd, key, end, rev, -1, false)
-	return kvs, err
+	p := pageScan{keep: -1}
+	if err := p.run(rd, key, end, rev); err != nil {
+		return nil, err
+	}
+	return p.kvs, nil
 }
 
-// aliveFirst returns the first keep keys in [key, end) alive at revision
-// rev, in ascending key order (every one if keep < 0), and how many are
-// alive in all. Keys past the first keep are only counted, without
-// copying their values: a paginated list of a large range costs one pass
-// over the latest records, not a copy of everything after the page.
-// keysOnly leaves values out.
-func aliveFirst(rd Reader, key, end []byte, rev int64, keep int, keysOnly bool) ([]*mvccpb.KeyValue, int64, error) {
+// pageScan reads the first keep keys in [key, end) alive at revision rev
+// in full (every one if keep < 0) and, unless stop is set, counts the
+// rest without copying their values: a paginated list of a large range
+// costs one pass over the latest records, not a copy of everything after
+// the page. With collect it also lists every alive key, for a Counter.
+type pageScan struct {
+	keep     int
+	keysOnly bool
+	stop     bool // stop once the page is full; count stays partial
+	collect  bool
+
+	kvs   []*mvccpb.KeyValue
+	count int64
+	alive [][]byte
+}
+
+func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 	if len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0 {
-		return nil, 0, nil
+		return nil
 	}
 	lower, upper := latestBounds(key, end)
+	type seen struct {
+		raw     []byte
+		kv      *mvccpb.KeyValue // nil: latest record newer than rev
+		counted bool             // past the page: only counted
+	}
 	var (
-		kvs     []*mvccpb.KeyValue // nil entries: keys whose latest record is newer than rev
-		behind  [][]byte           // their raw keys, in order
-		counted int64              // alive keys past the kept ones
-		later   [][]byte           // keys newer than rev past the kept ones
-		sure    int                // entries of kvs known alive
-		err     error
+		keys []seen
+		sure int // kept keys known alive
+		err  error
 	)
 	scanErr := rd.Scan(lower, upper, false, 0, func(k, v []byte) bool {
 		var rec Record
 		if rec, err = DecodeRecord(v); err != nil {
 			return false
 		}
-		full := keep < 0 || sure < keep
-		if !full && rec.ModRev <= rev {
+		full := p.keep < 0 || sure < p.keep
+		if !full && p.stop {
+			return false
+		}
+		if !full && rec.ModRev <= rev && !p.collect {
 			if !rec.Tombstone {
-				counted++
+				p.count++
 			}
+			return true
+		}
+		if rec.ModRev <= rev && rec.Tombstone {
 			return true
 		}
 		var raw []byte
@@ -105,61 +126,63 @@ func aliveFirst(rd Reader, key, end []byte, rev int64, keep int, keysOnly bool) 
 			return false
 		}
 		switch {
-		case rec.ModRev > rev && full:
-			behind = append(behind, raw)
-			kvs = append(kvs, nil) // placeholder keeps key order
 		case rec.ModRev > rev:
-			later = append(later, raw)
-		case !rec.Tombstone:
-			if keysOnly {
+			keys = append(keys, seen{raw: raw, counted: !full})
+		case !full:
+			keys = append(keys, seen{raw: raw, kv: &mvccpb.KeyValue{}, counted: true})
+		default:
+			if p.keysOnly {
 				rec.Value = nil
 			} else {
 				rec.Value = bytes.Clone(rec.Value)
 			}
-			kvs = append(kvs, rec.keyValue(raw))
+			keys = append(keys, seen{raw: raw, kv: rec.keyValue(raw)})
 			sure++
 		}
 		return true
 	})
 	if scanErr != nil {
-		return nil, 0, scanErr
+		return scanErr
 	}
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	for _, raw := range later {
-		rec, err := recordAt(rd, raw, nil, rev)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rec.alive() {
-			counted++
-		}
-	}
-	out := kvs[:0]
-	for _, kv := range kvs {
+	for _, s := range keys {
+		kv := s.kv
 		if kv == nil {
-			raw := behind[0]
-			behind = behind[1:]
-			rec, err := recordAt(rd, raw, nil, rev)
+			rec, err := recordAt(rd, s.raw, nil, rev)
 			if err != nil {
-				return nil, 0, err
+				return err
 			}
 			if !rec.alive() {
 				continue
 			}
-			if keysOnly {
+			if p.keysOnly {
 				rec.Value = nil
 			}
-			kv = rec.keyValue(raw)
+			kv = rec.keyValue(s.raw)
 		}
-		out = append(out, kv)
+		if p.collect {
+			p.alive = append(p.alive, s.raw)
+		}
+		p.count++
+		if !s.counted && (p.keep < 0 || len(p.kvs) < p.keep) {
+			p.kvs = append(p.kvs, kv)
+		}
 	}
-	count := int64(len(out)) + counted
-	if keep >= 0 && len(out) > keep {
-		out = out[:keep]
-	}
-	return out, count, nil
+	return nil
+}
+
+// Counter remembers which keys of a range are alive at a revision, so
+// that the later pages of a paginated list need not count the rest of the
+// range again: at a fixed revision that set never changes. The server
+// keeps one, bounded; core stays pure.
+type Counter interface {
+	// Count returns how many keys in [from, end) are alive at rev, if it
+	// knows.
+	Count(from, end []byte, rev int64) (int64, bool)
+	// Remember records the keys alive in [from, end) at rev, ascending.
+	Remember(from, end []byte, rev int64, alive [][]byte)
 }
 
 // keyOrdered reports whether a range answers in ascending key order with
@@ -172,7 +195,7 @@ func keyOrdered(req *pb.RangeRequest) bool {
 }
 
 // rangeAt answers a validated range at revision rev.
-func rangeAt(rd Reader, req *pb.RangeRequest, rev int64) (*pb.RangeResponse, error) {
+func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter) (*pb.RangeResponse, error) {
 	if !keyOrdered(req) || (req.Limit <= 0 && !req.CountOnly) {
 		kvs, err := aliveAt(rd, req.Key, req.RangeEnd, rev)
 		if err != nil {
@@ -180,18 +203,29 @@ func rangeAt(rd Reader, req *pb.RangeRequest, rev int64) (*pb.RangeResponse, err
 		}
 		return shapeRange(req, kvs), nil
 	}
-	keep := int(req.Limit)
+	p := pageScan{keep: int(req.Limit), keysOnly: req.KeysOnly}
 	if req.CountOnly {
-		keep = 0
+		p.keep = 0
 	}
-	kvs, count, err := aliveFirst(rd, req.Key, req.RangeEnd, rev, keep, req.KeysOnly)
-	if err != nil {
-		return nil, err
+	known, haveCount := int64(0), false
+	if ctr != nil {
+		known, haveCount = ctr.Count(req.Key, req.RangeEnd, rev)
+		p.stop, p.collect = haveCount, !haveCount
 	}
-	resp := &pb.RangeResponse{Count: count}
+	if !haveCount || p.keep > 0 {
+		if err := p.run(rd, req.Key, req.RangeEnd, rev); err != nil {
+			return nil, err
+		}
+	}
+	if haveCount {
+		p.count = known
+	} else if ctr != nil {
+		ctr.Remember(req.Key, req.RangeEnd, rev, p.alive)
+	}
+	resp := &pb.RangeResponse{Count: p.count}
 	if !req.CountOnly {
-		resp.Kvs = kvs
-		resp.More = count > int64(len(kvs))
+		resp.Kvs = p.kvs
+		resp.More = p.count > int64(len(p.kvs))
 	}
 	return resp, nil
 }
@@ -214,6 +248,12 @@ func checkRevision(rev, committed, compacted int64) (int64, error) {
 // write up to committed. It is pure and safe to run outside the node's
 // lock. The header revision is committed.
 func Range(rd Reader, req *pb.RangeRequest, committed, compacted int64) (*pb.RangeResponse, error) {
+	return RangeCounted(rd, req, committed, compacted, nil)
+}
+
+// RangeCounted is Range with a Counter (nil: none) that spares the later
+// pages of a paginated list a count of the rest of the range.
+func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, ctr Counter) (*pb.RangeResponse, error) {
 	if err := ValidateRange(req); err != nil {
 		return nil, err
 	}
@@ -221,7 +261,7 @@ func Range(rd Reader, req *pb.RangeRequest, committed, compacted int64) (*pb.Ran
 	if err != nil {
 		return nil, err
 	}
-	resp, err := rangeAt(rd, req, rev)
+	resp, err := rangeAt(rd, req, rev, ctr)
 	if err != nil {
 		return nil, err
 	}

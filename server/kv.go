@@ -93,7 +93,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, toGRPC(err)
 	}
 	defer txn.Rollback()
-	resp, err := core.Range(storage.NewReader(txn), r, c, compacted)
+	resp, err := core.RangeCounted(storage.NewReader(txn), r, c, compacted, &k.s.counts)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

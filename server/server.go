@@ -81,6 +81,7 @@ type Server struct {
 	compact *compactor
 	peers   *peers
 	reads   *readIndex
+	counts  counter
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -449,9 +449,8 @@ func (t *txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {
 	defer t.e.release()
 	bo := bdb.DefaultIteratorOptions
 	bo.Reverse = opts.Reverse
-	if opts.Limit > 0 {
-		bo.PrefetchSize = min(opts.Limit, 1000)
-	}
+	// Values are copied once, in Next; prefetching would copy each twice.
+	bo.PrefetchValues = false
 	if opts.Lower != nil && opts.Upper != nil {
 		// Every key in [Lower, Upper) starts with their common prefix;
 		// telling badger lets it skip tables outside it.
