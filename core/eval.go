@@ -159,6 +159,28 @@ func (tx *txnEval) get(key []byte) (*entry, error) {
 	return e, nil
 }
 
+// attachWrites keeps the lease attachment index in step with a written
+// key whose lease changed (a put with another lease, a delete, a revoke).
+func (e *entry) attachWrites(ws []Write) []Write {
+	var before, after int64
+	if e.orig.alive() {
+		before = e.orig.Lease
+	}
+	if e.cur != nil {
+		after = e.cur.Lease
+	}
+	if before == after {
+		return ws
+	}
+	if before != 0 {
+		ws = append(ws, Write{Key: AttachKey(before, e.key), Delete: true})
+	}
+	if after != 0 {
+		ws = append(ws, Write{Key: AttachKey(after, e.key), Value: []byte{1}})
+	}
+	return ws
+}
+
 // discard forgets the work's changes, keeping only what it read.
 func (tx *txnEval) discard() {
 	for _, e := range tx.order {
@@ -197,6 +219,7 @@ func (tx *txnEval) writes() []Write {
 		ws = append(ws, Write{Key: LatestKey(e.key), Value: enc})
 		if e.written {
 			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: enc})
+			ws = e.attachWrites(ws)
 		}
 	}
 	ws = append(ws, tx.extra...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -996,4 +997,74 @@ func TestMemberLeadership(t *testing.T) {
 	// a campaigns once n2's lease is over for sure.
 	a.step(10 * time.Second)
 	a.expect("elect n1 term=3 deadline=13s", "recover", "role leader")
+}
+
+// TestRecoveredLeaseKeys checks the lease attachment index through puts
+// that attach, move and detach keys and deletes, and the fallback scan
+// of a store written before the index existed.
+func TestRecoveredLeaseKeys(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.node.Tick(0)
+	s.node.Grant(1, 100, 30)
+	s.node.Grant(2, 200, 30)
+	s.settle()
+	put := func(id core.RequestID, key string, lease int64) {
+		s.propose(id, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte("v"), Lease: lease}}})
+		s.settle()
+	}
+	put(3, "a", 100)
+	put(4, "b", 100)
+	put(5, "c", 200)
+	put(6, "b", 200) // moves to lease 200
+	s.propose(7, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}}})
+	s.settle()
+	put(8, "d", 100)
+	put(9, "d", 0) // detached
+	s.propose(10, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("e"), Value: []byte("v"), Lease: 200}}},
+	}}}})
+	s.settle()
+	want := map[int64]string{100: "", 200: "b c e"}
+	check := func(what string) {
+		t.Helper()
+		st, err := exec.Recover(s.ctx, s.eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]string{}
+		for _, l := range st.Leases {
+			var keys []string
+			for _, k := range l.Keys {
+				keys = append(keys, string(k))
+			}
+			slices.Sort(keys)
+			got[l.ID] = strings.Join(keys, " ")
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: recovered lease keys %v, want %v", what, got, want)
+		}
+	}
+	check("index")
+	// The index holds exactly the live attachments.
+	txn, _ := s.eng.Begin(s.ctx)
+	for _, a := range []struct {
+		lease int64
+		key   string
+		want  bool
+	}{{100, "a", false}, {100, "b", false}, {100, "d", false}, {200, "b", true}, {200, "c", true}, {200, "e", true}} {
+		_, err := txn.Get(core.AttachKey(a.lease, []byte(a.key)))
+		if got := err == nil; got != a.want {
+			t.Errorf("attachment %d/%s present = %v, want %v (%v)", a.lease, a.key, got, a.want, err)
+		}
+	}
+	// A store without the index: drop every attachment record.
+	for _, k := range []string{"b", "c", "e"} {
+		if err := txn.Delete(core.AttachKey(200, []byte(k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := txn.Commit(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("fallback scan")
 }

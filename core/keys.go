@@ -27,6 +27,7 @@ const (
 	spaceRevision byte = 'R'
 	spaceMeta     byte = 'M'
 	spaceLease    byte = 'E'
+	spaceAttach   byte = 'A'
 )
 
 // Escaping: 0x00 becomes 0x00 0xFF and a key ends with 0x00 0x01. The
@@ -146,6 +147,24 @@ func DecodeLeaseKey(b []byte) (int64, error) {
 		return 0, ErrBadKey
 	}
 	return int64(binary.BigEndian.Uint64(b[5:])), nil
+}
+
+// AttachKey is the engine key saying key is attached to lease id, so a
+// new leader finds each lease's keys without reading every key.
+func AttachKey(id int64, key []byte) []byte {
+	return appendEscaped(binary.BigEndian.AppendUint64(spacePrefix(spaceAttach), uint64(id)), key)
+}
+
+// DecodeAttachKey returns the lease and the key of an AttachKey.
+func DecodeAttachKey(b []byte) (int64, []byte, error) {
+	if !headerOK(b, spaceAttach) || len(b) < 13 {
+		return 0, nil, ErrBadKey
+	}
+	key, rest, err := readEscaped(b[13:])
+	if err != nil || len(rest) != 0 {
+		return 0, nil, ErrBadKey
+	}
+	return int64(binary.BigEndian.Uint64(b[5:13])), key, nil
 }
 
 // MetaKey is the engine key of a named meta record.

@@ -220,3 +220,15 @@ func TestDecodedKeyDoesNotAliasItsInput(t *testing.T) {
 		t.Fatalf("decoded key changed with its input: %q", key)
 	}
 }
+
+func TestAttachKeyRoundTrip(t *testing.T) {
+	for _, k := range []string{"", "a", "a\x00b", "\x00\xff\x01"} {
+		id, key, err := core.DecodeAttachKey(core.AttachKey(42, []byte(k)))
+		if err != nil || id != 42 || string(key) != k {
+			t.Errorf("AttachKey(42, %q) decodes to %d %q %v", k, id, key, err)
+		}
+	}
+	if _, _, err := core.DecodeAttachKey(core.LeaseKey(42)); err == nil {
+		t.Error("a lease key decoded as an attachment")
+	}
+}

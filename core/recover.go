@@ -32,8 +32,8 @@ func Recover(rd Reader) (State, error) {
 	return st, nil
 }
 
-// recoverLeases reads the lease records and finds the keys attached to
-// each by scanning the latest records.
+// recoverLeases reads the lease records and the keys attached to each
+// from the attachment index.
 func recoverLeases(rd Reader) ([]LeaseState, error) {
 	var (
 		out   []LeaseState
@@ -58,6 +58,29 @@ func recoverLeases(rd Reader) ([]LeaseState, error) {
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
+	attached := false
+	scanErr = rd.Scan(spacePrefix(spaceAttach), spacePrefix(spaceAttach+1), false, 0, func(k, _ []byte) bool {
+		var (
+			id  int64
+			key []byte
+		)
+		if id, key, err = DecodeAttachKey(k); err != nil {
+			return false
+		}
+		attached = true
+		if i, ok := index[id]; ok {
+			out[i].Keys = append(out[i].Keys, key)
+		}
+		return true
+	})
+	if scanErr != nil {
+		return nil, scanErr
+	}
+	if err != nil || attached {
+		return out, err
+	}
+	// No attachment index: a store written before it existed, or leases
+	// with no keys. Find the keys the slow way.
 	scanErr = rd.Scan(spacePrefix(spaceLatest), spacePrefix(spaceLatest+1), false, 0, func(k, v []byte) bool {
 		var rec Record
 		if rec, err = DecodeRecord(v); err != nil {
