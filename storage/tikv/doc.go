@@ -87,4 +87,9 @@
 // at the start of each space and at the end of the latest space, so a
 // list of keys distributed like the sample spreads evenly over N regions.
 // SplitKeys sets the borders directly.
+//
+// NewMock also switches on, for the whole process, client-go's failpoint
+// that reports every store live: the mock store cannot answer client-go's
+// health probe, and without it a single failed send would wedge the
+// engine for good.
 package tikv

@@ -2,11 +2,19 @@ package tikv
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
+	"github.com/pingcap/failpoint"
 	"github.com/tikv/client-go/v2/testutils"
 	kvstore "github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/tikvrpc"
+	tikvutil "github.com/tikv/client-go/v2/util"
+	"github.com/tikv/client-go/v2/util/async"
 
 	"github.com/axon-kv/axon/core"
 )
@@ -24,8 +32,8 @@ type MockOptions struct {
 	// Sample holds raw (etcd) keys whose distribution the region borders
 	// follow: the borders are the latest and history keys of every
 	// len(Sample)/Regions-th sample key in order, so a scan over keys
-	// distributed like the sample spreads evenly. Nil means the keys
-	// DefaultSample describes.
+	// distributed like the sample spreads evenly. Nil means the
+	// DefaultSampleCount keys made with DefaultSampleFormat.
 	Sample [][]byte
 	// ScanConcurrency is as in Options.
 	ScanConcurrency int
@@ -34,8 +42,8 @@ type MockOptions struct {
 	WrapClient func(kvstore.Client) kvstore.Client
 }
 
-// DefaultSample describes the sample used when MockOptions.Sample is nil:
-// DefaultSampleCount keys fmt.Sprintf(DefaultSampleFormat, i), like the
+// The sample used when MockOptions.Sample is nil: the keys
+// fmt.Sprintf(DefaultSampleFormat, i) for i < DefaultSampleCount, like the
 // pods of one Kubernetes namespace.
 const (
 	DefaultSampleFormat = "/registry/pods/ns/pod-%06d"
@@ -56,12 +64,15 @@ func NewMock(opts MockOptions) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := mockLiveness(); err != nil {
+		return nil, err
+	}
 	cli, cluster, pd, err := testutils.NewMockTiKV("", nil)
 	if err != nil {
 		return nil, fmt.Errorf("tikv: mock: %w", err)
 	}
 	testutils.BootstrapWithMultiRegions(cluster, splits...)
-	store, err := kvstore.NewTestTiKVStore(cli, pd, opts.WrapClient, nil, 0)
+	store, err := kvstore.NewTestTiKVStore(&guardedClient{Client: cli}, pd, opts.WrapClient, nil, 0)
 	if err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("tikv: mock: %w", err)
@@ -71,6 +82,58 @@ func NewMock(opts MockOptions) (*Engine, error) {
 		scanConcurrency: concurrency(opts.ScanConcurrency),
 		mock:            &mockParts{cluster: cluster},
 	}), nil
+}
+
+// mockLiveness makes client-go report every store as live, once per
+// process. The mock store's address ("store1") serves no status API, so
+// after any failed send client-go's health check never succeeds and
+// every later request gets a pseudo region error: the engine is wedged
+// for good, which no real TiKV does. client-go's own failpoint is the
+// switch; it is process-wide, and enabling failpoints is not
+// synchronized with clients already running, so this happens before the
+// first mock's client exists (a real Engine opened earlier in the same
+// process would be affected too; only tests create mocks).
+var mockLiveness = sync.OnceValue(func() error {
+	tikvutil.EnableFailpoints()
+	if err := failpoint.Enable("tikvclient/injectLiveness", `return("reachable")`); err != nil {
+		return fmt.Errorf("tikv: mock: %w", err)
+	}
+	return nil
+})
+
+// guardedClient keeps requests away from a closed mock cluster. client-go
+// resolves some locks in goroutines it does not wait for at Close; against
+// a real cluster they merely fail, but the mock's closed MVCC store
+// panics. Close waits for the requests in flight; later ones fail.
+type guardedClient struct {
+	kvstore.Client
+	mu     sync.RWMutex
+	closed bool
+}
+
+var errMockClosed = errors.New("tikv: mock cluster closed")
+
+func (g *guardedClient) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closed {
+		return nil, errMockClosed
+	}
+	return g.Client.SendRequest(ctx, addr, req, timeout)
+}
+
+func (g *guardedClient) SendRequestAsync(ctx context.Context, addr string, req *tikvrpc.Request, cb async.Callback[*tikvrpc.Response]) {
+	go func() { cb.Schedule(g.SendRequest(ctx, addr, req, 0)) }()
+}
+
+func (g *guardedClient) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	return g.Client.Close()
 }
 
 // mockSplitKeys returns the sorted, distinct, non-empty split keys opts

@@ -27,11 +27,16 @@ var conformanceSplits = []string{
 	"scan0150", "scan0300", "scan0450", "\xff\x00",
 }
 
-func TestConformance(t *testing.T) {
-	splits := make([][]byte, len(conformanceSplits))
-	for i, s := range conformanceSplits {
-		splits[i] = []byte(s)
+func splitKeys(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, s := range keys {
+		out[i] = []byte(s)
 	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	splits := splitKeys(conformanceSplits)
 	var mu sync.Mutex
 	recs := map[string]*recorder{} // by subtest
 	storagetest.Run(t, func(t *testing.T) storage.Engine {
@@ -83,8 +88,19 @@ func TestConformanceSingleRegion(t *testing.T) {
 // TestConformanceSequential turns parallel scans off over many regions.
 func TestConformanceSequential(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Engine {
-		return newMock(t, MockOptions{Regions: 4, Sample: [][]byte{[]byte("a"), []byte("k"), []byte("s"), []byte("\xff")}, ScanConcurrency: 1})
+		return newMock(t, MockOptions{SplitKeys: splitKeys(conformanceSplits), ScanConcurrency: 1})
 	})
+}
+
+func TestOpenRefuses(t *testing.T) {
+	if _, err := Open(context.Background(), nil, Options{}); err == nil {
+		t.Error("Open without endpoints succeeded")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Open(ctx, []string{"127.0.0.1:1"}, Options{}); !errors.Is(err, storage.ErrUnavailable) {
+		t.Errorf("Open with a canceled context = %v; want ErrUnavailable", err)
+	}
 }
 
 func TestValueEncoding(t *testing.T) {
@@ -411,5 +427,31 @@ func TestLockMutation(t *testing.T) {
 	}
 	if _, ok := latest(t, e, "absent"); ok {
 		t.Error("locking an absent key created it")
+	}
+}
+
+// TestSendFailureDoesNotWedge fails one RPC at the transport (as a lost
+// connection would) and checks that the engine keeps serving: client-go
+// then probes the store's health, which the mock store cannot answer.
+func TestSendFailureDoesNotWedge(t *testing.T) {
+	rec := newRecorder()
+	e := newMock(t, MockOptions{WrapClient: rec.wrap})
+	putOne(t, e, "k", "v")
+	var once sync.Once
+	rec.setHook(func(req *tikvrpc.Request, _ func(*tikvrpc.Request) (*tikvrpc.Response, error)) (*tikvrpc.Response, error, bool) {
+		failed := false
+		if req.Type == tikvrpc.CmdGet {
+			once.Do(func() { failed = true })
+		}
+		if failed {
+			return nil, errors.New("injected: connection reset"), true
+		}
+		return nil, nil, false
+	})
+	for i := range 3 {
+		if v, ok := latest(t, e, "k"); !ok || v != "v" {
+			t.Fatalf("read %d: %q, %v", i, v, ok)
+		}
+		putOne(t, e, fmt.Sprintf("k%d", i), "w")
 	}
 }
