@@ -77,6 +77,9 @@ type peers struct {
 	s     *Server
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// cutUntil is a test hook (DropPeerConnections in export_test.go):
+	// until then conn fails as if the network to the peers were down.
+	cutUntil time.Time
 }
 
 func newPeers(s *Server) *peers { return &peers{s: s, conns: map[string]*grpc.ClientConn{}} }
@@ -84,6 +87,9 @@ func newPeers(s *Server) *peers { return &peers{s: s, conns: map[string]*grpc.Cl
 func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if time.Now().Before(p.cutUntil) {
+		return nil, fmt.Errorf("dial leader %s: connections cut by a test", addr)
+	}
 	if cc := p.conns[addr]; cc != nil {
 		return cc, nil
 	}
@@ -164,6 +170,24 @@ func refused(err error) bool {
 	return st.Code() == codes.Unavailable && (strings.Contains(msg, "while dialing") || strings.Contains(msg, "connection refused"))
 }
 
+// brokeOff keeps a failure of the leg to the leader from passing for the
+// client's own cancellation or deadline. clientv3 retries ANY call that
+// fails with Canceled or DeadlineExceeded while its context is alive,
+// writes included, so a forwarded write that the leader applied but
+// whose answer was lost (connection to the leader closed: its process
+// stopping, or ours) would run twice. Unavailable tells the client the
+// outcome is unknown; it retries reads, never writes.
+func brokeOff(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return status.Error(codes.Unavailable, "axon: the call to the leader broke off: "+status.Convert(err).Message())
+	}
+	return err
+}
+
 // failoverWait bounds how long a call waits for a leader: long enough
 // for the worst-case takeover after a crash.
 func (s *Server) failoverWait() time.Duration {
@@ -189,7 +213,7 @@ func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx c
 			if cc := s.leaderConn(); cc != nil {
 				err = remote(forwardContext(ctx), cc)
 				if !refused(err) {
-					return err
+					return brokeOff(ctx, err)
 				}
 			}
 		}

@@ -182,11 +182,24 @@ func (s *Server) clock() time.Duration { return time.Duration(time.Now().UnixNan
 
 // step ticks the member, runs fn against the node if this instance leads,
 // acts on the outputs and reports whether fn ran.
-func (s *Server) step(fn func(n *core.Node)) bool {
+func (s *Server) step(fn func(n *core.Node)) bool { return s.stepWith(nil, fn) }
+
+// stepMember runs fn against the member itself, then acts as step does.
+func (s *Server) stepMember(fn func(m *core.Member)) { s.stepWith(fn, nil) }
+
+// stepWith is step with a call into the member first (fm) and one into
+// the node (fn). What either makes the member emit is delivered before
+// the lock goes: outputs left pending across an unlock could be overtaken
+// by another step that enqueues directly (a progress notification would
+// then reach a watcher before the events it covers).
+func (s *Server) stepWith(fm func(m *core.Member), fn func(n *core.Node)) bool {
 	s.mu.Lock()
 	// The member sees the clock first: a leader whose lease ran out must
 	// step down before it hands out more work.
 	s.member.Tick(s.clock())
+	if fm != nil {
+		fm(s.member)
+	}
 	n := s.member.Node()
 	if n != nil && fn != nil {
 		fn(n)
@@ -297,15 +310,6 @@ func (s *Server) run(w *core.Work, owner *core.Node) {
 	eff, out := exec.Run(ctx, s.eng, w)
 	s.metrics.observeRun(time.Since(began), out)
 	report(func() { s.member.Report(w, eff, out) })
-}
-
-// stepMember runs fn against the member itself, then acts as step does.
-func (s *Server) stepMember(fn func(m *core.Member)) {
-	s.step(nil) // tick first, as every step does
-	s.mu.Lock()
-	fn(s.member)
-	s.mu.Unlock()
-	s.step(nil)
 }
 
 // propose sends a request through the node and waits for its answer;
