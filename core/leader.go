@@ -226,6 +226,14 @@ func (m *Member) Node() *Node {
 	return m.node
 }
 
+// Serving reports whether the member may answer reads at its node's
+// commit point: it leads and has not issued a handover, after which the
+// successor may start (and acknowledge writes) before this member hears
+// that the handover landed.
+func (m *Member) Serving() bool {
+	return m.role == Leader && !(m.electing && m.transferTo != nil)
+}
+
 // Term returns the term the member leads in (0 if it never led).
 func (m *Member) Term() int64 { return m.term }
 

@@ -58,11 +58,11 @@ func peerHandler(fn func(peerServer, context.Context) (*pb.ResponseHeader, error
 // readIndex answers a follower's read index: the commit point, safe to
 // read at because a leader holds its lease (DESIGN §9).
 func (s *Server) serveReadIndex(context.Context) (*pb.ResponseHeader, error) {
-	var h *pb.ResponseHeader
-	if !s.step(func(n *core.Node) { h = s.header(n.Committed()) }) {
+	c, _, ok := s.readPoint()
+	if !ok {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
-	return h, nil
+	return s.header(c), nil
 }
 
 // nudge makes this instance read the election record now: the leader
@@ -304,7 +304,8 @@ func (r *readIndex) ask() readPoint {
 	defer cancel()
 	var rev int64
 	err := s.lead(ctx, func() error {
-		if !s.step(func(n *core.Node) { rev = n.Committed() }) {
+		var ok bool
+		if rev, _, ok = s.readPoint(); !ok {
 			return errNotLeading
 		}
 		return nil
@@ -317,6 +318,17 @@ func (r *readIndex) ask() readPoint {
 		return nil
 	})
 	return readPoint{rev: rev, err: err}
+}
+
+// readPoint returns the commit point and compact revision when this
+// instance may serve reads at them itself (see core.Member.Serving).
+func (s *Server) readPoint() (c, compacted int64, ok bool) {
+	s.step(func(n *core.Node) {
+		if s.member.Serving() {
+			c, compacted, ok = n.Committed(), n.Compacted(), true
+		}
+	})
+	return c, compacted, ok
 }
 
 // forward runs a unary call on the leader (see lead) and returns its
@@ -339,8 +351,7 @@ func forward[T any](s *Server, ctx context.Context, local func() (T, error), rem
 // serializable read, uses the last one it learned) and reads the compact
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
-	var c, compacted int64
-	led := s.step(func(n *core.Node) { c, compacted = n.Committed(), n.Compacted() })
+	c, compacted, led := s.readPoint()
 	if !led {
 		var err error
 		if c = s.reads.last(); !serializable || c == 0 {

@@ -310,6 +310,11 @@ func (n *node) handle(c *call, hops int) {
 		ttl, err := nd.KeepAlive(c.in.lease, n.clock())
 		n.reply(c, nil, leaseReply{id: c.in.lease, ttl: ttl}, nd.Committed(), err)
 	case opRange:
+		if !n.member.Serving() {
+			// Handing over: the successor may already acknowledge writes.
+			n.reply(c, nil, leaseReply{}, 0, core.ErrNotLeader)
+			return
+		}
 		n.read(c, nd.Committed(), nd.Compacted())
 	}
 }
@@ -326,7 +331,7 @@ func (n *node) propose(c *call, submit func(core.RequestID)) {
 func (n *node) readIndex(c *call, l *node) {
 	n.w.send(n, l, "readindex", func() {
 		nd := l.member.Node()
-		if nd == nil {
+		if nd == nil || !l.member.Serving() {
 			l.w.send(l, n, "readindex-refused", func() { n.reply(c, nil, leaseReply{}, 0, core.ErrNotLeader) })
 			return
 		}
