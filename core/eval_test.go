@@ -1068,3 +1068,32 @@ func TestRecoveredLeaseKeys(t *testing.T) {
 	}
 	check("fallback scan")
 }
+
+// TestExclusiveMember: a member alone on its engine takes over at once
+// from a previous incarnation's live record, and keeps leading when a
+// renewal is late (an engine stalled under load) instead of failing every
+// request in flight.
+func TestExclusiveMember(t *testing.T) {
+	eng := memkv.New()
+	cfg := core.MemberConfig{ID: "n1", Lease: 3 * time.Second, EngineDeadline: time.Second, Exclusive: true}
+	old := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
+	old.step(0)
+	old.step(0)
+	if old.m.Role() != core.Leader {
+		t.Fatalf("old: %s", core.DescribeMember(old.m))
+	}
+	// A restart: the new incarnation does not wait out n1's lease.
+	cfg.ID = "n1-restarted"
+	mb := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
+	mb.step(time.Second)
+	mb.step(time.Second)
+	if mb.m.Role() != core.Leader || mb.m.Term() != 2 {
+		t.Fatalf("restarted: %s", core.DescribeMember(mb.m))
+	}
+	// Renewals fail from now on; the lease runs out on the clock.
+	eng.SetUnavailable(0, time.Hour)
+	mb.step(10 * time.Second)
+	if mb.m.Role() != core.Leader {
+		t.Fatalf("an exclusive leader stepped down when a renewal was late: %s", core.DescribeMember(mb.m))
+	}
+}

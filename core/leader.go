@@ -271,7 +271,7 @@ func (m *Member) Tick(now time.Duration) {
 	m.now = now
 	switch m.role {
 	case Leader:
-		if now >= m.leaseEnd-m.cfg.MaxDrift {
+		if m.leaseOver(now) {
 			m.stepDown("lease ran out")
 			return
 		}
@@ -296,7 +296,7 @@ func (m *Member) Tick(now time.Duration) {
 			m.elect(&ElectOp{Expect: m.record, Next: ElectionRecord{Holder: m.cfg.ID, Addr: m.cfg.Addr, Term: m.term, Deadline: now + m.cfg.Lease}, reason: electRenew})
 		}
 	case Recovering:
-		if now >= m.leaseEnd-m.cfg.MaxDrift {
+		if m.leaseOver(now) {
 			m.stepDown("lease ran out while recovering")
 		}
 	case Follower:
@@ -316,6 +316,13 @@ func (m *Member) Tick(now time.Duration) {
 			m.elect(&ElectOp{Expect: r, Next: ElectionRecord{Holder: m.cfg.ID, Addr: m.cfg.Addr, Term: term + 1, Deadline: now + m.cfg.Lease}, reason: electCampaign})
 		}
 	}
+}
+
+// leaseOver reports whether a leader must stop: its lease may have run
+// out on another member's clock. An exclusive member has no rival, so a
+// slow renewal (the engine stalled under load) does not cost it the lead.
+func (m *Member) leaseOver(now time.Duration) bool {
+	return !m.cfg.Exclusive && now >= m.leaseEnd-m.cfg.MaxDrift
 }
 
 // Refresh asks the member to read the election record again (e.g. when a
@@ -406,7 +413,7 @@ func (m *Member) Recovered(st State, err error) {
 		m.ready.Work = append(m.ready.Work, &Work{Kind: WorkRecover})
 		return
 	}
-	if m.now >= m.leaseEnd-m.cfg.MaxDrift {
+	if m.leaseOver(m.now) {
 		m.stepDown("lease ran out while recovering")
 		return
 	}

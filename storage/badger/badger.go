@@ -86,8 +86,6 @@ func Open(dir string, opts Options) (*Engine, error) {
 		// table index resident, 1 GiB mmapped value log) would dwarf it.
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(3).
-		WithNumLevelZeroTables(4).
-		WithNumLevelZeroTablesStall(10).
 		WithNumCompactors(2).
 		WithBaseTableSize(1 << 20). // compaction builds tables in memory
 		WithBlockCacheSize(32 << 20).
