@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"net"
 	"strings"
@@ -49,6 +50,9 @@ func startServerIn(t testing.TB, dir string, cfg server.Config) (*server.Server,
 		t.Fatal(err)
 	}
 	cfg.Exclusive = true
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler) // keeps benchmark output clean
+	}
 	srv, err := server.New(cfg, eng)
 	if err != nil {
 		eng.Close()
