@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
