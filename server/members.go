@@ -147,17 +147,21 @@ func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 		return nil, toGRPC(err)
 	}
 	resp := &pb.MemberListResponse{Header: c.s.header(c.s.committed())}
+	c.s.mu.Lock()
+	urls := c.s.cfg.ClientURLs
+	c.s.mu.Unlock()
 	seen := false
 	for _, p := range ms {
+		if p.MemberID == c.s.cfg.MemberID {
+			// This instance's own URLs are the ones it holds now: the
+			// record may predate SetClientURLs.
+			p.ClientURLs, seen = urls, true
+		}
 		// No peer URLs: instances share an engine, not a raft log.
 		resp.Members = append(resp.Members, &pb.Member{ID: p.MemberID, Name: p.Name, ClientURLs: p.ClientURLs})
-		seen = seen || p.MemberID == c.s.cfg.MemberID
 	}
 	if !seen {
 		// Not announced yet (just started): list this instance anyway.
-		c.s.mu.Lock()
-		urls := c.s.cfg.ClientURLs
-		c.s.mu.Unlock()
 		resp.Members = append(resp.Members, &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls})
 	}
 	return resp, nil

@@ -341,6 +341,12 @@ func (s *Server) SetClientURLs(urls []string) {
 	defer s.mu.Unlock()
 	s.cfg.ClientURLs = urls
 	s.member.SetAddr(s.advertised())
+	// Announce the new URLs now rather than at the next renewal.
+	s.work.Add(1)
+	go func() {
+		defer s.work.Done()
+		_ = s.writePresence(s.ctx, false)
+	}()
 }
 
 // advertised is the host:port other instances reach this one at.
