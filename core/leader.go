@@ -158,6 +158,7 @@ func (c MemberConfig) withDefaults() MemberConfig {
 	if c.EngineDeadline <= 0 {
 		c.EngineDeadline = 2 * time.Second
 	}
+	c.Node = c.Node.withDefaults()
 	return c
 }
 
@@ -361,6 +362,17 @@ func (m *Member) startRecovery(r *ElectionRecord) {
 	m.ready.Work = append(m.ready.Work, &Work{Kind: WorkRecover})
 }
 
+// owns reports whether node work belongs to the node the member holds
+// now: work handed out before a step-down is dropped, whoever reports it.
+func (m *Member) owns(w *Work) bool { return m.node != nil && w.Term == m.term }
+
+// CatchUpDone hands the node the events a catch-up work item read.
+func (m *Member) CatchUpDone(w *Work, events []Event, last int64, err error) {
+	if m.owns(w) {
+		m.node.CatchUpDone(w, events, last, err)
+	}
+}
+
 // Report tells the member how its or its node's work ended.
 func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
 	if w.Kind == WorkRecover {
@@ -369,7 +381,7 @@ func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
 		return
 	}
 	if w.Kind != WorkElect {
-		if m.node != nil {
+		if m.owns(w) {
 			m.node.Report(w, eff, out)
 		}
 		return
@@ -400,6 +412,7 @@ func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
 		m.leaseEnd = op.Next.Deadline
 	case op.reason == electTransfer:
 		m.stepDown("transferred")
+		m.ready.HandedOff = eff.Record
 	}
 }
 

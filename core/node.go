@@ -53,7 +53,8 @@ type Work struct {
 	// Attempt counts earlier attempts of the same request or fence; the
 	// driver backs off by it.
 	Attempt int
-	// Term of the leader that dealt it (stored in revision records).
+	// Term of the node that handed it out (stored in revision records);
+	// a report from an earlier term is dropped.
 	Term int64
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
@@ -97,6 +98,9 @@ type Ready struct {
 	// RoleChanged: the member became leader or stopped leading. On
 	// losing the lead, requests still waiting will not be answered.
 	RoleChanged bool
+	// HandedOff is the record of a successor this member just handed
+	// leadership to: tell it at once rather than let it notice.
+	HandedOff *ElectionRecord
 }
 
 // Config tunes a node.
@@ -451,13 +455,13 @@ func (n *Node) Compact(id RequestID, rev int64) {
 		return
 	}
 	n.compacting = rev
-	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: id, Rev: rev})
+	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: id, Rev: rev, Term: n.cfg.Term})
 }
 
 func (n *Node) reportCompact(w *Work, out Outcome) {
 	if out != Committed {
 		// Storing a larger compact revision is idempotent: try again.
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: w.ID, Rev: w.Rev, Attempt: w.Attempt + 1})
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: w.ID, Rev: w.Rev, Term: w.Term, Attempt: w.Attempt + 1})
 		return
 	}
 	if w.Rev > n.compacted {

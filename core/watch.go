@@ -172,7 +172,7 @@ func (n *Node) syncWatcher(w *watcher) {
 	if !ok {
 		w.catching = true
 		to := min(n.committed, w.next+int64(n.cfg.CatchUpBatch)-1)
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: w.next, To: to, Compacted: n.compacted})
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: w.next, To: to, Compacted: n.compacted, Term: n.cfg.Term})
 		return
 	}
 	for len(events) > 0 {
@@ -209,7 +209,7 @@ func (n *Node) CatchUpDone(cw *Work, events []Event, last int64, err error) {
 		return
 	}
 	if err != nil {
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: cw.From, To: cw.To, Compacted: n.compacted, Attempt: cw.Attempt + 1})
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: cw.From, To: cw.To, Compacted: n.compacted, Term: cw.Term, Attempt: cw.Attempt + 1})
 		return
 	}
 	for len(events) > 0 {

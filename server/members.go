@@ -47,7 +47,7 @@ func (p presence) addr() string {
 // server closes, then removes it.
 func (s *Server) announce() {
 	defer s.work.Done()
-	every := s.member.Config().RenewEvery
+	every := s.mcfg.RenewEvery
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -68,7 +68,7 @@ func (s *Server) announce() {
 func (s *Server) writePresence(ctx context.Context, remove bool) error {
 	s.mu.Lock()
 	p := presence{Name: s.cfg.Name, Instance: s.id, MemberID: s.cfg.MemberID, ClientURLs: s.cfg.ClientURLs,
-		Expires: time.Now().Add(presenceTTL * s.member.Config().Lease).UnixNano()}
+		Expires: time.Now().Add(presenceTTL * s.mcfg.Lease).UnixNano()}
 	s.mu.Unlock()
 	txn, err := s.eng.Begin(ctx)
 	if err != nil {

@@ -191,7 +191,7 @@ func brokeOff(ctx context.Context, err error) error {
 // failoverWait bounds how long a call waits for a leader: long enough
 // for the worst-case takeover after a crash.
 func (s *Server) failoverWait() time.Duration {
-	c := s.member.Config()
+	c := s.mcfg
 	return 2*c.Lease + c.EngineDeadline + 2*c.MaxDrift
 }
 

@@ -70,8 +70,11 @@ type Server struct {
 	log *slog.Logger
 	id  string // this incarnation's name in the election record
 
-	mu      sync.Mutex // guards member, waiters, streams and delivery order
-	member  *core.Member
+	mu     sync.Mutex // guards member, waiters, streams and delivery order
+	member *core.Member
+	// mcfg is the member's configuration with defaults, read without
+	// the lock (only its Addr changes later, and nothing here reads it).
+	mcfg    core.MemberConfig
 	nextID  core.RequestID
 	waiters map[core.RequestID]chan core.Response
 	watches map[core.WatchID]*watchStream
@@ -123,6 +126,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		MaxDrift: cfg.MaxDrift, EngineDeadline: cfg.EngineDeadline, Exclusive: cfg.Exclusive,
 		LeaseTickEvery: 50 * time.Millisecond, Node: cfg.Core,
 	})
+	s.mcfg = s.member.Config()
 	s.metrics = newMetrics(s)
 	s.compact = newCompactor(s)
 	s.peers = newPeers(s)
@@ -136,7 +140,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		go s.compact.auto(cfg.AutoCompaction)
 	}
 	if cfg.Exclusive {
-		if err := s.awaitLeading(ctx, s.member.Config().EngineDeadline*5); err != nil {
+		if err := s.awaitLeading(ctx, s.mcfg.EngineDeadline*5); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -223,11 +227,13 @@ func (s *Server) stepWith(fm func(m *core.Member), fn func(n *core.Node)) bool {
 	if rd.RoleChanged {
 		s.roleChanged()
 	}
-	owner := s.member.Node()
+	if rec := rd.HandedOff; rec != nil {
+		go s.peers.nudge(rec.Addr)
+	}
 	s.mu.Unlock()
 	for _, w := range rd.Work {
 		s.work.Add(1)
-		go s.run(w, owner)
+		go s.run(w)
 	}
 	return n != nil
 }
@@ -254,10 +260,6 @@ func (s *Server) roleChanged() {
 		ws.stop()
 		delete(s.watches, id)
 	}
-	if rec, ok := s.member.Leader(); ok && rec.Transfer && rec.Holder != s.id {
-		// Tell the successor at once rather than let it notice.
-		go s.peers.nudge(rec.Addr)
-	}
 }
 
 // describe renders the member for logs; called with s.mu held.
@@ -271,9 +273,9 @@ func backoff(attempt int) time.Duration {
 	return min(time.Duration(attempt)*5*time.Millisecond, time.Second)
 }
 
-// run executes one work item and reports it to the member, or drops the
-// report when the node that asked for it no longer leads.
-func (s *Server) run(w *core.Work, owner *core.Node) {
+// run executes one work item and reports it to the member (which drops
+// reports of work from a node it no longer holds).
+func (s *Server) run(w *core.Work) {
 	defer s.work.Done()
 	if d := backoff(w.Attempt); d > 0 {
 		select {
@@ -282,34 +284,27 @@ func (s *Server) run(w *core.Work, owner *core.Node) {
 			return
 		}
 	}
-	report := func(fn func()) {
-		s.stepMember(func(m *core.Member) {
-			if w.Kind == core.WorkElect || w.Kind == core.WorkRecover || m.Node() == owner {
-				fn()
-			}
-		})
-	}
 	switch w.Kind {
 	case core.WorkCatchUp:
-		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, owner.Config().CatchUpBatch)
-		report(func() { owner.CatchUpDone(w, evs, last, err) })
+		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, s.mcfg.Node.CatchUpBatch)
+		s.stepMember(func(m *core.Member) { m.CatchUpDone(w, evs, last, err) })
 		return
 	case core.WorkRecover:
 		st, err := exec.Recover(s.ctx, s.eng)
 		if err != nil {
 			s.log.Warn("recovery read failed", "err", err)
 		}
-		report(func() { s.member.Recovered(st, err) })
+		s.stepMember(func(m *core.Member) { m.Recovered(st, err) })
 		return
 	}
 	// A commit must land within the engine deadline or not at all: that
 	// is what lets a new leader start safely (DESIGN §9).
-	ctx, cancel := context.WithTimeout(s.ctx, s.member.Config().EngineDeadline/2)
+	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
 	defer cancel()
 	began := time.Now()
 	eff, out := exec.Run(ctx, s.eng, w)
 	s.metrics.observeRun(time.Since(began), out)
-	report(func() { s.member.Report(w, eff, out) })
+	s.stepMember(func(m *core.Member) { m.Report(w, eff, out) })
 }
 
 // propose sends a request through the node and waits for its answer;

@@ -146,14 +146,14 @@ func (n *node) process() {
 	for _, wr := range rd.WatchResponses {
 		n.deliverWatch(wr)
 	}
+	if rd.HandedOff != nil {
+		// Tell the successor at once rather than let it notice.
+		if to := n.leader(); to != nil {
+			n.w.send(n, to, "transfer", func() { to.member.Refresh(); to.process() })
+		}
+	}
 	if rd.RoleChanged {
 		n.w.note("%s role %s term=%d", n.id(), n.member.Role(), n.member.Term())
-		if rec, ok := n.member.Leader(); ok && rec.Transfer && rec.Holder != n.id() {
-			// Tell the successor at once rather than let it notice.
-			if to := n.leader(); to != nil {
-				n.w.send(n, to, "transfer", func() { to.member.Refresh(); to.process() })
-			}
-		}
 		if n.member.Role() != core.Leader {
 			n.waiters = map[core.RequestID]*call{}
 			for _, id := range n.subIDs() {
@@ -185,10 +185,8 @@ func (n *node) runWork(wk *core.Work) {
 		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
 		txn.Rollback()
 		n.on(mtx.Delay(), "catchup", func() {
-			if nd := n.member.Node(); nd != nil {
-				nd.CatchUpDone(wk, evs, last, err)
-				n.process()
-			}
+			n.member.CatchUpDone(wk, evs, last, err)
+			n.process()
 		})
 		return
 	case core.WorkRecover:
