@@ -39,7 +39,7 @@ func (p presence) addr() string {
 	if len(p.ClientURLs) == 0 {
 		return ""
 	}
-	a, _ := hostPort(p.ClientURLs[0])
+	a, _ := HostPort(p.ClientURLs[0])
 	return a
 }
 

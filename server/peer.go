@@ -220,14 +220,23 @@ func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx c
 		if time.Now().After(deadline) {
 			return rpctypes.ErrGRPCNoLeader
 		}
-		s.stepMember(func(m *core.Member) { m.Refresh() })
-		select {
-		case <-ctx.Done():
-			return toGRPC(ctx.Err())
-		case <-s.ctx.Done():
-			return rpctypes.ErrGRPCStopped
-		case <-time.After(10 * time.Millisecond):
+		if err := s.awaitLeaderChange(ctx); err != nil {
+			return err
 		}
+	}
+}
+
+// awaitLeaderChange asks the member to read the election record again
+// and gives it a moment: for callers polling for a (new) leader.
+func (s *Server) awaitLeaderChange(ctx context.Context) error {
+	s.stepMember(func(m *core.Member) { m.Refresh() })
+	select {
+	case <-ctx.Done():
+		return toGRPC(ctx.Err())
+	case <-s.ctx.Done():
+		return rpctypes.ErrGRPCStopped
+	case <-time.After(10 * time.Millisecond):
+		return nil
 	}
 }
 
@@ -373,11 +382,18 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 	return txn, c, compacted, nil
 }
 
-// hostPort returns the host:port of an http URL.
-func hostPort(u string) (string, error) {
+// HostPort returns the host:port of an http URL (a bare host:port is
+// taken as is), as etcd's URL flags and Axon's advertised URLs give them.
+func HostPort(u string) (string, error) {
+	if !strings.Contains(u, "://") {
+		return u, nil
+	}
 	p, err := url.Parse(u)
 	if err != nil {
-		return "", fmt.Errorf("URL %q: %w", u, err)
+		return "", fmt.Errorf("bad URL %q: %w", u, err)
+	}
+	if p.Scheme != "http" {
+		return "", fmt.Errorf("URL %q: only http is supported so far", u)
 	}
 	if p.Host == "" {
 		return "", fmt.Errorf("URL %q: no host:port", u)

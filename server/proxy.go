@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/axon-kv/axon/core"
 )
 
 // errStreamMoved ends a stream this instance can no longer serve because
@@ -93,11 +91,8 @@ func (s *Server) awaitLeaderConn(ctx context.Context) *grpc.ClientConn {
 		if cc := s.leaderConn(); cc != nil {
 			return cc
 		}
-		s.stepMember(func(m *core.Member) { m.Refresh() })
-		select {
-		case <-ctx.Done():
+		if s.awaitLeaderChange(ctx) != nil {
 			return nil
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	return nil

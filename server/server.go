@@ -349,7 +349,7 @@ func (s *Server) advertised() string {
 	if len(s.cfg.ClientURLs) == 0 {
 		return ""
 	}
-	addr, err := hostPort(s.cfg.ClientURLs[0])
+	addr, err := HostPort(s.cfg.ClientURLs[0])
 	if err != nil {
 		return ""
 	}

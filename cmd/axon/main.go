@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -110,27 +108,13 @@ func autoCompaction(mode, retention string) (server.AutoCompaction, error) {
 	return server.AutoCompaction{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
 }
 
-func hostPort(u string) (string, error) {
-	if !strings.Contains(u, "://") {
-		return u, nil
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "", fmt.Errorf("bad URL %q: %w", u, err)
-	}
-	if p.Scheme != "http" {
-		return "", fmt.Errorf("URL %q: only http is supported so far", u)
-	}
-	return p.Host, nil
-}
-
 func serve(ctx context.Context, f serveFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	clientAddr, err := hostPort(f.listenClient)
+	clientAddr, err := server.HostPort(f.listenClient)
 	if err != nil {
 		return err
 	}
-	metricsAddr, err := hostPort(f.listenMetrics)
+	metricsAddr, err := server.HostPort(f.listenMetrics)
 	if err != nil {
 		return err
 	}
