@@ -170,15 +170,25 @@ func closeAll(clis []*clientv3.Client) {
 	}
 }
 
-func (r *runner) mainWorkloads(ctx context.Context) error {
-	s, err := r.newServer("main")
+// launch starts a fresh server named name, waits until it serves and
+// dials Conns clients to it.
+func (r *runner) launch(ctx context.Context, name string) (*server, []*clientv3.Client, error) {
+	s, err := r.newServer(name)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := r.startReady(ctx, s); err != nil {
-		return err
+		return nil, nil, err
 	}
 	clis, err := dialN(s.client, r.o.Conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, clis, nil
+}
+
+func (r *runner) mainWorkloads(ctx context.Context) error {
+	s, clis, err := r.launch(ctx, "main")
 	if err != nil {
 		return err
 	}

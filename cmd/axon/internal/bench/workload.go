@@ -164,12 +164,7 @@ func (r *runner) ops(ctx context.Context, s *server, clis []*clientv3.Client, w 
 	case Create:
 		fn = func(ctx context.Context, cli *clientv3.Client, wk *worker, i int) (bool, error) {
 			k := key(i)
-			resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).
-				Then(clientv3.OpPut(k, wk.value())).Else(clientv3.OpGet(k)).Commit()
-			if err != nil {
-				return false, err
-			}
-			return !resp.Succeeded, nil
+			return cas(ctx, cli, k, 0, clientv3.OpPut(k, wk.value()))
 		}
 	case Update:
 		if _, err := r.load(ctx, clis, r.o.Keys, r.o.ValueSize, key); err != nil {
@@ -184,12 +179,7 @@ func (r *runner) ops(ctx context.Context, s *server, clis []*clientv3.Client, w 
 			if len(g.Kvs) == 0 {
 				return false, fmt.Errorf("update: %s is missing", k)
 			}
-			resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", g.Kvs[0].ModRevision)).
-				Then(clientv3.OpPut(k, wk.value())).Else(clientv3.OpGet(k)).Commit()
-			if err != nil {
-				return false, err
-			}
-			return !resp.Succeeded, nil
+			return cas(ctx, cli, k, g.Kvs[0].ModRevision, clientv3.OpPut(k, wk.value()))
 		}
 	case Delete:
 		revs, err := r.load(ctx, clis, r.o.Ops, r.o.ValueSize, key)
@@ -198,12 +188,7 @@ func (r *runner) ops(ctx context.Context, s *server, clis []*clientv3.Client, w 
 		}
 		fn = func(ctx context.Context, cli *clientv3.Client, _ *worker, i int) (bool, error) {
 			k := key(i)
-			resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", revs[i])).
-				Then(clientv3.OpDelete(k)).Else(clientv3.OpGet(k)).Commit()
-			if err != nil {
-				return false, err
-			}
-			return !resp.Succeeded, nil
+			return cas(ctx, cli, k, revs[i], clientv3.OpDelete(k))
 		}
 	case Get:
 		if _, err := r.load(ctx, clis, r.o.Keys, r.o.ValueSize, key); err != nil {
@@ -291,14 +276,7 @@ func (r *runner) list(ctx context.Context, s *server, clis []*clientv3.Client, s
 func (r *runner) memory(ctx context.Context) error {
 	n := r.o.MemoryKeys
 	row := r.rep.row("memory n="+count(n), Memory, 0, n, "key loaded")
-	s, err := r.newServer("memory-" + count(n))
-	if err != nil {
-		return err
-	}
-	if err := r.startReady(ctx, s); err != nil {
-		return err
-	}
-	clis, err := dialN(s.client, r.o.Conns)
+	s, clis, err := r.launch(ctx, "memory-"+count(n))
 	if err != nil {
 		return err
 	}
@@ -330,15 +308,11 @@ func (r *runner) restart(ctx context.Context, n int) error {
 	row := r.rep.row("restart n="+count(n), Restart, 0, n, "restart")
 	s := r.loaded[n]
 	if s == nil {
-		var err error
-		if s, err = r.newServer("restart-" + count(n)); err != nil {
-			return err
-		}
-		if err := r.startReady(ctx, s); err != nil {
-			return err
-		}
-		clis, err := dialN(s.client, r.o.Conns)
-		if err != nil {
+		var (
+			clis []*clientv3.Client
+			err  error
+		)
+		if s, clis, err = r.launch(ctx, "restart-"+count(n)); err != nil {
 			return err
 		}
 		r.log.Info("loading for "+row.Name, "keys", n)
@@ -385,4 +359,14 @@ func (r *runner) restart(ctx context.Context, n int) error {
 	res.setLatency(took)
 	r.record(row, res)
 	return r.drop(s)
+}
+
+// cas is the apiserver's write: op if k's ModRevision is rev (0: k does
+// not exist), else read k. conflict reports a lost compare.
+func cas(ctx context.Context, cli *clientv3.Client, k string, rev int64, op clientv3.Op) (conflict bool, err error) {
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(op).Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return !resp.Succeeded, nil
 }
