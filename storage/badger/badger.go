@@ -2,6 +2,7 @@ package badger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,9 @@ type Options struct {
 	// Logger receives badger's warnings and errors (its info and debug
 	// messages are dropped). Nil means slog.Default().
 	Logger *slog.Logger
+	// PruneEvery is how many commit groups pass between prunes of the
+	// conflict state (default 256). Tests set 1 to prune after every group.
+	PruneEvery int
 }
 
 // Engine is a badger database used as a storage.Engine.
@@ -52,8 +56,9 @@ type Engine struct {
 	active map[uint64]int
 	// written maps a key to the timestamp of its last committed write,
 	// for keys written after the oldest open snapshot.
-	written map[string]uint64
-	groups  int
+	written    map[string]uint64
+	groups     int
+	pruneEvery int
 }
 
 // commitReq is one transaction handed to the committer.
@@ -102,6 +107,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	e := &Engine{
 		db: db, queue: make(chan *commitReq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
+		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
 	}
 	go e.commitLoop()
 	return e, nil
@@ -150,7 +156,10 @@ func (e *Engine) commitGroup(group []*commitReq) {
 	ts := e.ts + 1
 	var ok []*commitReq
 	for _, r := range group {
-		if e.conflicts(r) {
+		conflict := e.conflicts(r)
+		// Checked: the snapshot no longer bounds what must be kept.
+		e.unregister(r.readTs)
+		if conflict {
 			r.err <- fmt.Errorf("badger: commit at %d: %w", r.readTs, storage.ErrConflict)
 			continue
 		}
@@ -169,7 +178,7 @@ func (e *Engine) commitGroup(group []*commitReq) {
 		e.ts = ts
 	}
 	e.groups++
-	if e.groups%256 == 0 || len(e.written) > 1<<16 {
+	if e.groups%e.pruneEvery == 0 || len(e.written) > 1<<16 {
 		e.prune()
 	}
 	e.cmu.Unlock()
@@ -234,7 +243,11 @@ func (e *Engine) prune() {
 	e.db.SetDiscardTs(oldest)
 }
 
-// snapshot registers a new transaction's snapshot.
+// snapshot registers a new transaction's snapshot. It stays registered
+// until the transaction is rolled back or its commit has been checked for
+// conflicts: prune keeps every write newer than the oldest registered
+// snapshot, and a commit checked after its snapshot was dropped could miss
+// the write it conflicts with (two CAS increments both winning).
 func (e *Engine) snapshot() uint64 {
 	e.cmu.Lock()
 	defer e.cmu.Unlock()
@@ -242,10 +255,15 @@ func (e *Engine) snapshot() uint64 {
 	return e.ts
 }
 
-// release drops a transaction's snapshot.
+// forget drops a transaction's snapshot.
 func (e *Engine) forget(ts uint64) {
 	e.cmu.Lock()
 	defer e.cmu.Unlock()
+	e.unregister(ts)
+}
+
+// unregister drops a snapshot; called with cmu held.
+func (e *Engine) unregister(ts uint64) {
 	if e.active[ts]--; e.active[ts] <= 0 {
 		delete(e.active, ts)
 	}
@@ -400,15 +418,16 @@ func (t *txn) Lock(keys ...[]byte) error {
 	return nil
 }
 
-// end marks the transaction closed and closes its iterators (badger's
-// Discard panics while any is open). Callers hold the engine.
+// end marks the transaction closed, closes its iterators (badger's
+// Discard panics while any is open) and discards badger's transaction. Its
+// snapshot stays registered. Callers hold the engine.
 func (t *txn) end() {
 	t.closed = true
-	t.e.forget(t.ts)
 	for _, it := range t.iters {
 		it.close()
 	}
 	t.iters = nil
+	t.tx.Discard()
 }
 
 func (t *txn) Rollback() {
@@ -421,7 +440,7 @@ func (t *txn) Rollback() {
 	}
 	defer t.e.release()
 	t.end()
-	t.tx.Discard()
+	t.e.forget(t.ts)
 }
 
 func (t *txn) Commit(ctx context.Context) error {
@@ -430,13 +449,15 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	defer t.e.release()
 	t.end()
-	t.tx.Discard()
 	if err := ctx.Err(); err != nil {
+		t.e.forget(t.ts)
 		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUnavailable, err)
 	}
 	if len(t.writes) == 0 {
+		t.e.forget(t.ts)
 		return nil
 	}
+	// The committer unregisters the snapshot once it has checked r.
 	r := &commitReq{readTs: t.ts, writes: t.writes, err: make(chan error, 1)}
 	t.e.queue <- r
 	return <-r.err

@@ -37,6 +37,21 @@ func TestConformance(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Engine { return open(t, t.TempDir()) })
 }
 
+// TestConformancePruningEveryGroup runs the suite with the conflict state
+// pruned after every commit group, so that a commit still waiting for its
+// check meets a prune as often as possible.
+func TestConformancePruningEveryGroup(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Engine {
+		opts := quiet()
+		opts.PruneEvery = 1
+		e, err := Open(t.TempDir(), opts)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return e
+	})
+}
+
 func set(t testing.TB, e storage.Engine, pairs ...[]byte) {
 	t.Helper()
 	tx, err := e.Begin(t.Context())

@@ -13,9 +13,13 @@
 // keys (storage.ErrConflict, nothing applied); ordered iteration in both
 // directions with exact bounds over binary keys; the ownership of byte
 // slices passed in and handed out; the logical clock (StartTS); use after
-// Commit, Rollback and Close (storage.ErrClosed); and a concurrent
-// read-modify-write workload whose final state must account for exactly
-// the commits that succeeded.
+// Commit, Rollback and Close (storage.ErrClosed); and two concurrent
+// read-modify-write workloads whose final state must account for exactly
+// the commits that succeeded — the second a compare-and-swap race on two
+// keys while other goroutines open and release snapshots, where no two
+// successful commits may have read the same version (a lost update).
+// Engines that prune conflict state as snapshots end should also run the
+// suite configured to prune as often as they can (badger does).
 //
 // The suite only checks what every engine must do. Engines may be stricter
 // (badger, for instance, also conflicts on keys a writing transaction has

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Engine) {
 		{"Closed/Txn", testClosedTxn},
 		{"Closed/Engine", testClosedEngine},
 		{"Concurrent/Counters", testConcurrentCounters},
+		{"Concurrent/CASWithSnapshotChurn", testConcurrentCAS},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -927,4 +928,125 @@ func testConcurrentCounters(t *testing.T, e storage.Engine) {
 	if successes != workers*perW {
 		t.Errorf("only %d of %d increments committed within %d attempts per worker", successes, workers*perW, maxTries)
 	}
+}
+
+// testConcurrentCAS is the compare-and-swap shape Kubernetes relies on:
+// workers read a counter, write it plus one, and commit; other goroutines
+// keep opening and releasing snapshots meanwhile, so an engine that prunes
+// its conflict state as snapshots end does so often. Every successful
+// commit must have read a version of the key no other successful commit
+// read (else one increment overwrote the other: a lost update), and each
+// counter must end at the number of commits that wrote it.
+func testConcurrentCAS(t *testing.T, e storage.Engine) {
+	const (
+		workers  = 16
+		counters = 2
+		perW     = 20
+		maxTries = 20000
+		churners = 4
+	)
+	key := func(c int) []byte { return fmt.Appendf(nil, "cas%d", c) }
+	type read struct{ counter, value int }
+	var (
+		mu      sync.Mutex
+		winners = map[read]int{} // successful commits per version read
+		commits [counters]int
+		stop    = make(chan struct{})
+		churn   sync.WaitGroup
+	)
+	for range churners {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tx, err := e.Begin(t.Context())
+				if err != nil {
+					t.Errorf("churn: Begin: %v", err)
+					return
+				}
+				if _, err := tx.Get(key(i % counters)); err != nil && !errors.Is(err, storage.ErrNotFound) {
+					t.Errorf("churn: Get: %v", err)
+				}
+				tx.Rollback()
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			ctx := t.Context()
+			for done, tries := 0, 0; done < perW && tries < maxTries; tries++ {
+				c := (w + tries) % counters
+				tx, err := e.Begin(ctx)
+				if err != nil {
+					t.Errorf("worker %d: Begin: %v", w, err)
+					return
+				}
+				n, err := counterValue(tx, key(c))
+				if err == nil {
+					err = tx.Set(key(c), strconv.AppendInt(nil, int64(n+1), 10))
+				}
+				if err != nil {
+					tx.Rollback()
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				switch err := tx.Commit(ctx); {
+				case err == nil:
+					done++
+					mu.Lock()
+					winners[read{c, n}]++
+					commits[c]++
+					mu.Unlock()
+				case errors.Is(err, storage.ErrConflict):
+				default:
+					t.Errorf("worker %d: Commit: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	for r, n := range winners {
+		if n > 1 {
+			t.Errorf("counter %d: %d commits both read %d and succeeded (a lost update)", r.counter, n, r.value)
+		}
+	}
+	tx := begin(t, e)
+	defer tx.Rollback()
+	total := 0
+	for c := range counters {
+		n, err := counterValue(tx, key(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != commits[c] {
+			t.Errorf("counter %d is %d; %d commits incremented it", c, n, commits[c])
+		}
+		total += commits[c]
+	}
+	if total != workers*perW {
+		t.Errorf("only %d of %d increments committed within %d attempts per worker", total, workers*perW, maxTries)
+	}
+}
+
+// counterValue reads a decimal counter; a missing key counts as 0.
+func counterValue(tx storage.Txn, key []byte) (int, error) {
+	v, err := tx.Get(key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("Get(%q): %w", key, err)
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil {
+		return 0, fmt.Errorf("counter %q holds %q", key, v)
+	}
+	return n, nil
 }
