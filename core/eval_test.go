@@ -324,17 +324,33 @@ func TestUncertainCommitIsResolvedByAFence(t *testing.T) {
 func TestLateWriteIsDealtAgain(t *testing.T) {
 	s := newScene(t, core.Config{})
 	s.propose(1, putOp("a", "1"))
-	s.propose(2, putOp("a", "2"))
-	s.collect()
-	s.out = nil
-	s.runRev(2)
-	s.expect()
+	s.expect(`work r1 req1 put "a"="1"`)
+	// Latches keep one leader's requests on a key in order, so a key
+	// touched by a later revision is another leader's doing: a rival of
+	// a later term writes a at r2 first.
+	rival := core.NewNode(core.Config{Term: 1}, core.State{Committed: 1})
+	rival.Propose(9, putOp("a", "rival"))
+	rw := rival.Ready().Work[0]
+	txn, err := s.eng.Begin(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.Apply(txn, rw); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(s.ctx); err != nil {
+		t.Fatal(err)
+	}
 	// r1 finds a touched by r2: its revision is abandoned, and marked
-	// by a fence before C may pass it.
+	// by a fence before C may pass it. r2's record is the rival's, so
+	// the request goes on to r3.
 	s.runRev(1)
-	s.expect("fence r1 req1 attempt=0", `work r3 req1 put "a"="1" attempt=1`)
+	s.expect("fence r1 req1 attempt=0", `work r2 req1 put "a"="1" attempt=1`)
 	s.run(s.take(core.WorkFence, 1))
-	s.expect("resp req2 r2")
+	s.runRev(2)
+	s.expect("fence r2 req1 attempt=0", `work r3 req1 put "a"="1" attempt=2`)
+	s.run(s.take(core.WorkFence, 2))
+	s.expect()
 	s.runRev(3)
 	s.expect("resp req1 r3")
 	got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
@@ -363,15 +379,17 @@ func TestRangedDeleteWaitsForEarlierRevisions(t *testing.T) {
 	s.propose(2, putOp("b", "2"))
 	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("c"), PrevKv: true}}})
 	s.propose(4, putOp("c", "4"))
-	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r4 req4 put "c"="4"`)
+	// The delete latches [a, c): it waits, undealt, for the puts of a and
+	// b; the put of c is outside and goes first.
+	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r3 req4 put "c"="4"`)
 	s.runRev(2)
-	s.runRev(4)
+	s.runRev(3)
 	s.expect()
 	s.runRev(1)
-	s.expect(`work r3 req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2")
-	s.runRev(3)
-	s.expect("resp req3 r3", "resp req4 r4")
-	dr := s.resps[2].Response.GetResponseDeleteRange()
+	s.expect(`work r4 req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2", "resp req4 r3")
+	s.runRev(4)
+	s.expect("resp req3 r4")
+	dr := s.resps[3].Response.GetResponseDeleteRange()
 	if dr.Deleted != 2 || kvs(dr.PrevKvs) != "a=1@1/1/v1 b=2@2/2/v1" {
 		t.Fatalf("delete response: %v", dr)
 	}

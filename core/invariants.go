@@ -41,6 +41,16 @@ func (n *Node) Invariants() error {
 		}
 		last = ev.Rev
 	}
+	for rev, s := range n.slots {
+		w := s.work
+		latched := w.Kind == WorkRequest && (w.Request != nil || w.Lease != nil && w.Lease.Revoke)
+		if latched && (s.state == slotRunning || s.state == slotHeld) && (w.latch == nil || w.latch.released || w.latch.work != nil) {
+			return fmt.Errorf("r%d dealt without a granted latch", rev)
+		}
+	}
+	if err := n.latches.check(); err != nil {
+		return err
+	}
 	for _, w := range n.watch.list {
 		if !w.catching && w.next <= n.committed {
 			return fmt.Errorf("watch%d synced but next r%d ≤ C=%d", w.ID, w.next, n.committed)

@@ -342,7 +342,7 @@ func (m *Member) Transfer(to, addr string) error {
 		return ErrNotLeader
 	}
 	m.transferTo = &ElectionRecord{Holder: to, Addr: addr}
-	m.node.draining = true
+	m.node.Drain()
 	return nil
 }
 

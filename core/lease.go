@@ -205,7 +205,8 @@ func (n *Node) Revoke(id RequestID, leaseID int64) {
 		return
 	}
 	l.busy = true
-	n.deal(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true})
+	// Its keys are known only when it runs: it latches every key.
+	n.admit(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true}, true)
 }
 
 // KeepAlive renews a lease from now and returns its TTL in seconds.

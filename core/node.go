@@ -59,6 +59,8 @@ type Work struct {
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
 	From, To int64
+	// latch is the request's claim on its keys, carried across attempts.
+	latch *latch
 }
 
 // Outcome is what the engine said about a work's commit.
@@ -184,6 +186,7 @@ type Node struct {
 	watch     watchers
 	leases    leases
 	ready     Ready
+	latches   latches
 	// draining refuses new writes while leadership is handed over.
 	draining bool
 	// compacting is the highest compact revision asked for; a second
@@ -203,6 +206,7 @@ func NewNode(cfg Config, st State) *Node {
 		ring:      NewRing(cfg.RingSize, st.Committed+1),
 		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
+		latches:   newLatches(),
 	}
 }
 
@@ -251,7 +255,62 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 		busy.parked = append(busy.parked, parkedRequest{id: id, req: req})
 		return
 	}
-	n.deal(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req)})
+	n.admit(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req)}, false)
+}
+
+// admit deals w once no earlier request in flight overlaps its keys (all:
+// every key); until then it waits, undealt, in the latch table.
+func (n *Node) admit(w *Work, all bool) {
+	if n.latches.acquire(w, all) {
+		n.deal(w)
+	}
+}
+
+// start deals a request whose latch was granted after a wait or that is
+// dealt again, unless a lease it uses went away or became busy meanwhile.
+func (n *Node) start(w *Work) {
+	if w.Request != nil {
+		busy, err := n.checkLeases(w.Request)
+		switch {
+		case err != nil:
+			n.respond(w.ID, err) // a lease it uses was revoked meanwhile
+			n.unlatch(w)
+			return
+		case busy != nil:
+			// Parked without its latch: the lease's revoke waits for
+			// every latch, this one included.
+			busy.parked = append(busy.parked, parkedRequest{id: w.ID, req: w.Request})
+			n.unlatch(w)
+			return
+		}
+	}
+	n.deal(w)
+}
+
+// unlatch releases w's latch, once its request's outcome is final, and
+// starts the requests that waited for it.
+func (n *Node) unlatch(w *Work) {
+	for _, next := range n.latches.release(w.latch) {
+		n.start(next)
+	}
+}
+
+// Drain refuses new writes while leadership is handed over, and answers
+// the requests still waiting in latches with ErrNotLeader: they were never
+// dealt, so the client may safely send them to the successor. Member's
+// Transfer calls it.
+func (n *Node) Drain() {
+	n.draining = true
+	waiting := n.latches.takeWaiting()
+	for _, w := range waiting {
+		if w.Lease != nil {
+			n.abandonLease(w.Lease)
+		}
+		n.respond(w.ID, ErrNotLeader)
+	}
+	for _, w := range waiting {
+		n.unlatch(w)
+	}
 }
 
 func (n *Node) validate(req *pb.RequestOp) error {
@@ -330,6 +389,7 @@ func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
 	switch {
 	case out == Committed && eff != nil && !eff.Late:
 		s.state, s.eff = slotApplied, eff
+		n.unlatch(w)
 	case out == Uncertain && eff != nil && !eff.Late:
 		s.state, s.eff = slotUncertain, eff
 		n.fence(w, 0)
@@ -357,6 +417,7 @@ func (n *Node) reportFence(f *Work, eff *Effects, out Outcome) {
 	switch {
 	case out == Committed && eff != nil && eff.Applied && s.eff != nil:
 		s.state = slotApplied
+		n.unlatch(s.work)
 	case out == Committed && eff != nil:
 		s.state = slotNoop
 		if !s.retried {
@@ -375,20 +436,10 @@ func (n *Node) retry(w *Work) {
 			n.abandonLease(w.Lease)
 		}
 		n.respond(w.ID, ErrRetriesExhausted)
+		n.unlatch(w)
 		return
 	}
-	if w.Request != nil {
-		busy, err := n.checkLeases(w.Request)
-		if err != nil {
-			n.respond(w.ID, err) // a lease it uses was revoked meanwhile
-			return
-		}
-		if busy != nil {
-			busy.parked = append(busy.parked, parkedRequest{id: w.ID, req: w.Request})
-			return
-		}
-	}
-	n.deal(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1})
+	n.start(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch})
 }
 
 // advance moves C over the contiguous prefix of final revisions, emitting

@@ -1,0 +1,285 @@
+package core
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// Latches order requests whose keys overlap (DESIGN §4). Without them the
+// leader deals revisions to every request on a hot key at once; all but
+// one find the key changed under them, come back late or conflicted, are
+// fenced and dealt again, and under enough contention give up. With them
+// a request whose keys overlap an earlier request still in flight waits,
+// undealt, until that request's outcome is known; the engine's conflict
+// check stays the safety net.
+//
+// Latches are exclusive and granted in arrival order (first come, first
+// served per key), as CockroachDB's spanlatch manager and TiKV's scheduler
+// latches do: a request waits for every earlier latch it overlaps, so the
+// waits form no cycle. A request keeps its latch across the revisions it
+// is dealt (a retry after a no-op keeps its place) and releases it when
+// its outcome is final: applied, or answered with an error.
+
+// latch is one request's claim on the keys its evaluation reads or writes
+// at the latest revision.
+type latch struct {
+	seq   uint64
+	keys  [][]byte // single keys
+	spans []span   // ranges [key, end)
+	// all claims every key: a lease revoke, whose keys are known only
+	// when it runs.
+	all bool
+	// waiting counts earlier latches it overlaps that are not released.
+	waiting int
+	// blocks lists later latches waiting for this one.
+	blocks []*latch
+	// work is the request to deal once waiting reaches zero; nil once
+	// dealt (or answered without being dealt).
+	work *Work
+	// mark dedups the latches a new one waits for.
+	mark     uint64
+	released bool
+}
+
+func (l *latch) overlapsKey(k []byte) bool {
+	return l.all || anyContains(l.spans, k)
+}
+
+func (l *latch) overlapsSpan(s span) bool {
+	if l.all {
+		return true
+	}
+	for _, t := range l.spans {
+		if spansOverlap(s, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// spansOverlap reports whether two ranges (end non-empty) share a key.
+func spansOverlap(a, b span) bool {
+	below := func(key, end []byte) bool { return isInfinite(end) || bytes.Compare(key, end) < 0 }
+	return below(a.key, b.end) && below(b.key, a.end)
+}
+
+// latches is the table of latches not yet released.
+type latches struct {
+	seq uint64
+	// byKey lists the latches on each single key, oldest first. A
+	// newcomer waits for all of them, not just the newest, so that one
+	// withdrawn while still waiting (a drain) lets no one through early.
+	byKey map[string][]*latch
+	// ranged lists latches with spans or all, oldest first.
+	ranged []*latch
+	// live holds every latch not yet released (a revoke waits for all).
+	live map[*latch]struct{}
+}
+
+func newLatches() latches {
+	return latches{byKey: map[string][]*latch{}, live: map[*latch]struct{}{}}
+}
+
+// acquire enters a latch for w's keys (all: every key) and reports whether
+// w may be dealt now; otherwise w waits in the latch until release hands
+// it back.
+func (ls *latches) acquire(w *Work, all bool) bool {
+	ls.seq++
+	l := &latch{seq: ls.seq, all: all}
+	if !all {
+		l.keys, l.spans = footprint(w.Request, nil, nil)
+	}
+	wait := func(e *latch) {
+		if e.mark != l.seq {
+			e.mark = l.seq
+			e.blocks = append(e.blocks, l)
+			l.waiting++
+		}
+	}
+	if all {
+		for e := range ls.live {
+			wait(e)
+		}
+	} else {
+		for _, k := range l.keys {
+			for _, e := range ls.byKey[string(k)] {
+				wait(e)
+			}
+			for _, e := range ls.ranged {
+				if e.overlapsKey(k) {
+					wait(e)
+				}
+			}
+		}
+		for _, s := range l.spans {
+			for k, es := range ls.byKey {
+				if s.contains([]byte(k)) {
+					for _, e := range es {
+						wait(e)
+					}
+				}
+			}
+			for _, e := range ls.ranged {
+				if e.overlapsSpan(s) {
+					wait(e)
+				}
+			}
+		}
+	}
+	for _, k := range l.keys {
+		if es := ls.byKey[string(k)]; len(es) == 0 || es[len(es)-1] != l {
+			ls.byKey[string(k)] = append(es, l)
+		}
+	}
+	if all || len(l.spans) > 0 {
+		ls.ranged = append(ls.ranged, l)
+	}
+	ls.live[l] = struct{}{}
+	w.latch = l
+	if l.waiting > 0 {
+		l.work = w
+		return false
+	}
+	return true
+}
+
+// release drops l and returns the work of the latches that no longer
+// wait, oldest first. Releasing twice is harmless.
+func (ls *latches) release(l *latch) []*Work {
+	if l == nil || l.released {
+		return nil
+	}
+	l.released = true
+	delete(ls.live, l)
+	for _, k := range l.keys {
+		es := ls.byKey[string(k)]
+		if i := slices.Index(es, l); i >= 0 {
+			es = slices.Delete(es, i, i+1)
+		}
+		if len(es) == 0 {
+			delete(ls.byKey, string(k))
+		} else {
+			ls.byKey[string(k)] = es
+		}
+	}
+	if i := slices.Index(ls.ranged, l); i >= 0 {
+		ls.ranged = slices.Delete(ls.ranged, i, i+1)
+	}
+	var ready []*latch
+	for _, b := range l.blocks {
+		if b.waiting--; b.waiting == 0 && b.work != nil {
+			ready = append(ready, b)
+		}
+	}
+	l.blocks = nil
+	slices.SortFunc(ready, bySeq)
+	out := make([]*Work, len(ready))
+	for i, b := range ready {
+		out[i], b.work = b.work, nil
+	}
+	return out
+}
+
+func bySeq(a, b *latch) int { return cmp.Compare(a.seq, b.seq) }
+
+// takeWaiting returns the work still waiting in latches, oldest first, and
+// forgets it (the latches stay until released).
+func (ls *latches) takeWaiting() []*Work {
+	var ws []*latch
+	for l := range ls.live {
+		if l.work != nil {
+			ws = append(ws, l)
+		}
+	}
+	slices.SortFunc(ws, bySeq)
+	out := make([]*Work, len(ws))
+	for i, l := range ws {
+		out[i], l.work = l.work, nil
+	}
+	return out
+}
+
+// footprint appends the single keys and ranges a request reads or writes
+// at the latest revision. Reads at an explicit revision read history,
+// which no later write changes, and need no latch. Both branches of a txn
+// count: which runs is known only at evaluation.
+func footprint(op *pb.RequestOp, keys [][]byte, spans []span) ([][]byte, []span) {
+	add := func(key, end []byte) {
+		if len(end) == 0 {
+			keys = append(keys, key)
+		} else {
+			spans = append(spans, span{key: key, end: end})
+		}
+	}
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestPut:
+		add(tv.RequestPut.GetKey(), nil)
+	case *pb.RequestOp_RequestDeleteRange:
+		add(tv.RequestDeleteRange.GetKey(), tv.RequestDeleteRange.GetRangeEnd())
+	case *pb.RequestOp_RequestRange:
+		if tv.RequestRange.GetRevision() <= 0 {
+			add(tv.RequestRange.GetKey(), tv.RequestRange.GetRangeEnd())
+		}
+	case *pb.RequestOp_RequestTxn:
+		for _, c := range tv.RequestTxn.GetCompare() {
+			add(c.GetKey(), c.GetRangeEnd())
+		}
+		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()} {
+			for _, o := range ops {
+				keys, spans = footprint(o, keys, spans)
+			}
+		}
+	}
+	return keys, spans
+}
+
+// check verifies the latch table: waiting latches wait for something, and
+// no two granted latches overlap (the guarantee latches exist for).
+func (ls *latches) check() error {
+	var granted []*latch
+	for l := range ls.live {
+		switch {
+		case l.work != nil && l.waiting == 0:
+			return fmt.Errorf("latch %d waits for nothing but was not granted", l.seq)
+		case l.work == nil && l.waiting != 0:
+			return fmt.Errorf("latch %d granted while waiting for %d", l.seq, l.waiting)
+		case l.work == nil:
+			granted = append(granted, l)
+		}
+	}
+	slices.SortFunc(granted, bySeq)
+	holder := map[string]uint64{}
+	for _, l := range granted {
+		for _, k := range l.keys {
+			if h, ok := holder[string(k)]; ok && h != l.seq {
+				return fmt.Errorf("latches %d and %d both hold %q", h, l.seq, k)
+			}
+			holder[string(k)] = l.seq
+		}
+	}
+	for _, r := range granted {
+		if !r.all && len(r.spans) == 0 {
+			continue
+		}
+		for _, o := range granted {
+			if o == r {
+				continue
+			}
+			overlap := o.all
+			for _, k := range o.keys {
+				overlap = overlap || r.overlapsKey(k)
+			}
+			for _, s := range o.spans {
+				overlap = overlap || r.overlapsSpan(s)
+			}
+			if overlap {
+				return fmt.Errorf("granted latches %d and %d overlap", r.seq, o.seq)
+			}
+		}
+	}
+	return nil
+}
