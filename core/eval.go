@@ -42,6 +42,8 @@ type Effects struct {
 	Applied bool
 	// Record is the election record after election work.
 	Record *ElectionRecord
+	// Batch holds the effects of each request of WorkBatch, in order.
+	Batch []*Effects
 }
 
 // Evaluate runs a work item against a snapshot (the driver's engine

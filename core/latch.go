@@ -41,7 +41,11 @@ type latch struct {
 	// dealt (or answered without being dealt).
 	work *Work
 	// mark dedups the latches a new one waits for.
-	mark     uint64
+	mark uint64
+	// batch names the batch work the latch was granted in (0: alone).
+	// Latches of one batch may overlap: their requests run in order in
+	// one engine transaction.
+	batch    uint64
 	released bool
 }
 
@@ -171,6 +175,9 @@ func (ls *latches) release(l *latch) []*Work {
 	}
 	var ready []*latch
 	for _, b := range l.blocks {
+		if l.batch != 0 && b.batch == l.batch {
+			continue // granted with l, waits for nothing
+		}
 		if b.waiting--; b.waiting == 0 && b.work != nil {
 			ready = append(ready, b)
 		}
@@ -180,6 +187,41 @@ func (ls *latches) release(l *latch) []*Work {
 	out := make([]*Work, len(ready))
 	for i, b := range ready {
 		out[i], b.work = b.work, nil
+	}
+	return out
+}
+
+// follow grants, with w's latch, the latches that wait only for it and
+// for each other, oldest first and up to max in all, whose work ok
+// accepts. It returns their work after w's, in arrival order (which is a
+// valid evaluation order: a latch waits only for older ones), or nil if
+// none follows.
+func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
+	first := w.latch
+	group := []*latch{first}
+	seen := map[*latch]int{}
+	for i := 0; i < len(group) && len(group) < max; i++ {
+		for _, b := range slices.SortedFunc(slices.Values(group[i].blocks), bySeq) {
+			if b.work == nil || !ok(b.work) {
+				continue
+			}
+			if seen[b]++; seen[b] == b.waiting && len(group) < max {
+				group = append(group, b)
+			}
+		}
+	}
+	if len(group) == 1 {
+		return nil
+	}
+	slices.SortFunc(group, bySeq)
+	out := make([]*Work, len(group))
+	for i, l := range group {
+		l.batch = first.seq
+		if l == first {
+			out[i] = w
+			continue
+		}
+		out[i], l.work, l.waiting = l.work, nil, 0
 	}
 	return out
 }
@@ -252,13 +294,13 @@ func (ls *latches) check() error {
 		}
 	}
 	slices.SortFunc(granted, bySeq)
-	holder := map[string]uint64{}
+	holder := map[string]*latch{}
 	for _, l := range granted {
 		for _, k := range l.keys {
-			if h, ok := holder[string(k)]; ok && h != l.seq {
-				return fmt.Errorf("latches %d and %d both hold %q", h, l.seq, k)
+			if h := holder[string(k)]; h != nil && h != l && (l.batch == 0 || h.batch != l.batch) {
+				return fmt.Errorf("latches %d and %d both hold %q", h.seq, l.seq, k)
 			}
-			holder[string(k)] = l.seq
+			holder[string(k)] = l
 		}
 	}
 	for _, r := range granted {
@@ -266,7 +308,7 @@ func (ls *latches) check() error {
 			continue
 		}
 		for _, o := range granted {
-			if o == r {
+			if o == r || r.batch != 0 && o.batch == r.batch {
 				continue
 			}
 			overlap := o.all

@@ -30,19 +30,42 @@ func TestRequestsOnOneKeyWaitForEachOther(t *testing.T) {
 	s.expect(`work r1 req1 put "a"="1"`, `work r2 req3 put "b"="3"`)
 	s.runRev(2)
 	s.expect()
-	// Each request on a is dealt once the one before it is applied, and
-	// reads what it wrote: no lateness, no retry.
+	// Once it is applied, the requests queued behind it go together, in
+	// order, in one transaction: each reads what the one before wrote.
 	s.runRev(1)
-	s.expect(`work r3 req2 txn cmp=1 then=1 else=1`, "resp req1 r1", "resp req3 r2")
-	s.runRev(3)
-	s.expect(`work r4 req4 txn cmp=1 then=1 else=1`, "resp req2 r3")
-	s.runRev(4)
-	s.expect("resp req4 r4")
+	s.expect(`batch [work r3 req2 txn cmp=1 then=1 else=1; work r4 req4 txn cmp=1 then=1 else=1]`, "resp req1 r1", "resp req3 r2")
+	s.run(s.take(core.WorkBatch, 3))
+	s.expect("resp req2 r3", "resp req4 r4")
 	if ok := s.resps[2].Response.GetResponseTxn().Succeeded; !ok {
 		t.Errorf("the first CAS on mod revision 1 failed")
 	}
 	if ok := s.resps[3].Response.GetResponseTxn().Succeeded; ok {
 		t.Errorf("the second CAS on mod revision 1 succeeded too (a lost update)")
+	}
+}
+
+func TestBatchThatFailsIsDealtAgainRequestByRequest(t *testing.T) {
+	for _, out := range []core.Outcome{core.NotApplied, core.Uncertain} {
+		t.Run(fmt.Sprintf("outcome %d", out), func(t *testing.T) {
+			s := newScene(t, core.Config{})
+			s.propose(1, putOp("a", "1"))
+			s.propose(2, putOp("a", "2"))
+			s.propose(3, putOp("a", "3"))
+			s.collect()
+			s.runRev(1)
+			s.collect()
+			b := s.take(core.WorkBatch, 2)
+			s.node.Report(b, nil, out)
+			s.settle()
+			got := fmt.Sprint(s.resps[1].Rev < s.resps[2].Rev, s.resps[1].Err, s.resps[2].Err)
+			if got != "true <nil> <nil>" {
+				t.Fatalf("after a failed batch: %v", s.resps)
+			}
+			r, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
+			if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "3" || r.Kvs[0].Version != 3 {
+				t.Fatalf("range a: %v, %v", r, err)
+			}
+		})
 	}
 }
 

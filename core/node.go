@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -32,7 +33,16 @@ const (
 	WorkElect
 	// WorkRecover reads the State a new leader starts from (Recover).
 	WorkRecover
+	// WorkBatch carries requests on overlapping keys that were waiting
+	// for one another: run them in one engine transaction, each at its
+	// own revision, in order, applying each one's writes before the next
+	// is evaluated (exec.Apply does), and report the batch once with
+	// Effects.Batch. One commit serves a hot key's whole queue.
+	WorkBatch
 )
+
+// maxBatch bounds the requests of one WorkBatch.
+const maxBatch = 64
 
 // Work is one engine transaction for the driver to run: begin a
 // transaction, Evaluate (or ReadEvents for catch-up, CompactWrites for
@@ -59,6 +69,8 @@ type Work struct {
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
 	From, To int64
+	// Batch is WorkBatch's requests, in revision order.
+	Batch []*Work
 	// latch is the request's claim on its keys, carried across attempts.
 	latch *latch
 }
@@ -288,11 +300,38 @@ func (n *Node) start(w *Work) {
 }
 
 // unlatch releases w's latch, once its request's outcome is final, and
-// starts the requests that waited for it.
+// starts the requests that waited for it: with the requests queued
+// behind each, in one batch, when they can share its transaction.
 func (n *Node) unlatch(w *Work) {
 	for _, next := range n.latches.release(w.latch) {
-		n.start(next)
+		if !batchable(next) {
+			n.start(next)
+		} else if ws := n.latches.follow(next, maxBatch, batchable); ws == nil {
+			n.start(next)
+		} else {
+			n.dealBatch(ws)
+		}
 	}
+}
+
+// batchable tells requests that may share a transaction with the ones
+// they waited for: key-value requests that are not serial (which wait for
+// every earlier revision to be final) and use no lease (whose checks run
+// when a request is dealt).
+func batchable(w *Work) bool {
+	return w.Kind == WorkRequest && w.Request != nil && !w.Serial && len(leasesUsed(w.Request, nil)) == 0
+}
+
+// dealBatch deals each request of ws its revision and hands them out as
+// one WorkBatch.
+func (n *Node) dealBatch(ws []*Work) {
+	for _, w := range ws {
+		w.Rev, w.Term = n.next, n.cfg.Term
+		n.next++
+		w.Committed, w.Compacted = n.committed, n.compacted
+		n.slots[w.Rev] = &slot{state: slotRunning, work: w}
+	}
+	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkBatch, Rev: ws[0].Rev, Term: n.cfg.Term, Batch: ws})
 }
 
 // Drain refuses new writes while leadership is handed over, and answers
@@ -369,6 +408,14 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 	switch w.Kind {
 	case WorkRequest:
 		n.reportRequest(w, eff, out)
+	case WorkBatch:
+		for i, sub := range w.Batch {
+			var e *Effects
+			if eff != nil && i < len(eff.Batch) {
+				e = eff.Batch[i]
+			}
+			n.reportRequest(sub, e, out)
+		}
 	case WorkFence:
 		n.reportFence(w, eff, out)
 	case WorkCompact:
@@ -555,6 +602,12 @@ func DescribeWork(w *Work) string {
 		return fmt.Sprintf("elect %s term=%d deadline=%v", w.Elect.Next.Holder, w.Elect.Next.Term, w.Elect.Next.Deadline)
 	case WorkRecover:
 		return "recover"
+	case WorkBatch:
+		parts := make([]string, len(w.Batch))
+		for i, sub := range w.Batch {
+			parts[i] = DescribeWork(sub)
+		}
+		return fmt.Sprintf("batch [%s]", strings.Join(parts, "; "))
 	}
 	return "work ?"
 }

@@ -219,21 +219,36 @@ func (n *node) runWork(wk *core.Work) {
 		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
 			n.w.expiryAttempts = append(n.w.expiryAttempts, attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter})
 		}
-		if wk.Kind == core.WorkRequest && out != core.NotApplied {
-			if c := n.calls[wk.ID]; c != nil {
-				a := attempt{rev: wk.Rev, term: wk.Term, eff: eff, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
-				if wk.Lease != nil {
-					a.lease = leaseReply{id: wk.Lease.ID, ttl: wk.Lease.TTL}
-				}
-				c.attempts = append(c.attempts, a)
-			}
+		if out != core.NotApplied {
+			n.recordAttempts(wk, eff)
 		}
 		n.on(mtx.Delay()-before, "committed", func() { n.finish(wk, eff, out, err) })
 	})
 }
 
+// recordAttempts notes, for ground truth, the revisions at which a commit
+// that may have applied carried each client call.
+func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
+	switch wk.Kind {
+	case core.WorkBatch:
+		for i, sub := range wk.Batch {
+			if eff != nil && i < len(eff.Batch) {
+				n.recordAttempts(sub, eff.Batch[i])
+			}
+		}
+	case core.WorkRequest:
+		if c := n.calls[wk.ID]; c != nil {
+			a := attempt{rev: wk.Rev, term: wk.Term, eff: eff, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
+			if wk.Lease != nil {
+				a.lease = leaseReply{id: wk.Lease.ID, ttl: wk.Lease.TTL}
+			}
+			c.attempts = append(c.attempts, a)
+		}
+	}
+}
+
 func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
-	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
+	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkBatch || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
 		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), outcomeName(out), errText(err))
 	}
 	n.member.Report(wk, eff, out)

@@ -11,6 +11,18 @@ import (
 // Apply evaluates w inside txn and buffers its writes there; the caller
 // commits (unless the effects are late) and reports with Outcome.
 func Apply(txn storage.Txn, w *core.Work) (*core.Effects, error) {
+	if w.Kind == core.WorkBatch {
+		// Each request reads what the ones before it wrote.
+		effs := make([]*core.Effects, len(w.Batch))
+		for i, sub := range w.Batch {
+			eff, err := Apply(txn, sub)
+			if err != nil {
+				return nil, err
+			}
+			effs[i] = eff
+		}
+		return &core.Effects{Batch: effs}, nil
+	}
 	rd := storage.NewReader(txn)
 	var (
 		eff *core.Effects
@@ -78,7 +90,7 @@ func Settled(eff *core.Effects, err error) (core.Outcome, bool) {
 	switch {
 	case err != nil || eff.Late:
 		return core.NotApplied, true
-	case len(eff.Writes) == 0:
+	case len(eff.Writes) == 0 && eff.Batch == nil:
 		return core.Committed, true
 	}
 	return 0, false
