@@ -55,6 +55,10 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	fl.IntSliceVar(&o.Watchers, "watchers", o.Watchers, "watcher counts of the watch workload")
 	fl.IntVar(&o.WatchRate, "watch-rate", o.WatchRate, "creates per second while watchers watch")
 	fl.IntVar(&o.WatchEvents, "watch-events", o.WatchEvents, "creates per watcher count (upper bound)")
+	fl.IntSliceVar(&o.HotClients, "hot-clients", o.HotClients, "client counts of the hotkey workload, a row each")
+	fl.IntVar(&o.HotOps, "hot-ops", o.HotOps, "successful increments per hotkey row (upper bound)")
+	fl.DurationVar(&o.HotTime, "hot-time", o.HotTime, "time per hotkey row (upper bound)")
+	fl.DurationVar(&o.HotTimeout, "hot-timeout", o.HotTimeout, "deadline of one Get or Txn of hotkey")
 	fl.IntVar(&o.MemoryKeys, "memory-keys", o.MemoryKeys, "keys loaded before reading peak RSS")
 	fl.IntSliceVar(&o.RestartKeys, "restart-keys", o.RestartKeys, "keys stored before timing restarts")
 	fl.IntVar(&o.RestartReps, "restart-reps", o.RestartReps, "restarts per key count")
@@ -82,6 +86,9 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"watchers":     func(d, s *bench.Options) { d.Watchers = s.Watchers },
 	"watch-rate":   func(d, s *bench.Options) { d.WatchRate = s.WatchRate },
 	"watch-events": func(d, s *bench.Options) { d.WatchEvents = s.WatchEvents },
+	"hot-clients":  func(d, s *bench.Options) { d.HotClients = s.HotClients },
+	"hot-ops":      func(d, s *bench.Options) { d.HotOps = s.HotOps },
+	"hot-time":     func(d, s *bench.Options) { d.HotTime = s.HotTime },
 	"memory-keys":  func(d, s *bench.Options) { d.MemoryKeys = s.MemoryKeys },
 	"restart-keys": func(d, s *bench.Options) { d.RestartKeys = s.RestartKeys },
 	"restart-reps": func(d, s *bench.Options) { d.RestartReps = s.RestartReps },

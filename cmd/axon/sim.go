@@ -20,6 +20,7 @@ type simFlags struct {
 	parallel   int
 	ops        int
 	breakDrift bool
+	skipChecks float64
 	outDir     string
 }
 
@@ -42,14 +43,22 @@ func simCmd() *cobra.Command {
 	fl.IntVar(&f.parallel, "parallel", 2, "seeds run at once in a swarm")
 	fl.IntVar(&f.ops, "ops", 1000, "client operations per seed before healing")
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
+	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
+}
+
+func (f simFlags) config(seed uint64, trace bool) sim.Config {
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
 	s := fmt.Sprintf("axon sim --seed %d --ops %d", seed, f.ops)
 	if f.breakDrift {
 		s += " --break-drift"
+	}
+	if f.skipChecks > 0 {
+		s += fmt.Sprintf(" --skip-conflict-checks %g", f.skipChecks)
 	}
 	return s
 }
@@ -63,7 +72,7 @@ func report(cmd *cobra.Command, f simFlags, r sim.Result, html bool) {
 		return
 	}
 	// Rerun with the trace on: same seed, same run.
-	full := sim.Run(sim.Config{Seed: r.Seed, Ops: f.ops, BreakDrift: f.breakDrift, Trace: true})
+	full := sim.Run(f.config(r.Seed, true))
 	trace := filepath.Join(dir, "trace.txt")
 	var b []byte
 	for _, l := range full.Trace {
@@ -83,7 +92,7 @@ func report(cmd *cobra.Command, f simFlags, r sim.Result, html bool) {
 }
 
 func simOne(cmd *cobra.Command, f simFlags) error {
-	r := sim.Run(sim.Config{Seed: f.seed, Ops: f.ops, BreakDrift: f.breakDrift})
+	r := sim.Run(f.config(f.seed, false))
 	fmt.Fprintln(cmd.OutOrStdout(), r.Line())
 	if r.Err != nil {
 		report(cmd, f, r, true)
@@ -114,7 +123,7 @@ func simSwarm(cmd *cobra.Command, f simFlags) error {
 				if seed > last {
 					return
 				}
-				r := sim.Run(sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift})
+				r := sim.Run(f.config(seed, false))
 				ops.Add(int64(r.Ops))
 				n := done.Add(1)
 				mu.Lock()

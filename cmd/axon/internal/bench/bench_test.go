@@ -111,4 +111,57 @@ func TestQuickRunsEveryWorkload(t *testing.T) {
 	if err := o.validate(); err == nil {
 		t.Error("unknown system: want an error")
 	}
+	o = Quick()
+	o.Binary = "axon"
+	o.HotClients = []int{1, 0}
+	if err := o.validate(); err == nil {
+		t.Error("no hotkey clients: want an error")
+	}
+}
+
+func TestCounterViolationCatchesLostAndPhantomIncrements(t *testing.T) {
+	for _, tt := range []struct {
+		name                string
+		value, acked, unknw int64
+		want                string // a substring of the violation; "" for none
+	}{
+		{name: "every acknowledged increment is there", value: 40, acked: 40},
+		{name: "a timed-out txn may have applied", value: 42, acked: 40, unknw: 2},
+		{name: "a timed-out txn may not have applied", value: 40, acked: 40, unknw: 2},
+		{name: "a missing acknowledged increment is a lost update", value: 39, acked: 40, unknw: 5, want: "LOST UPDATE"},
+		{name: "an increment nobody sent is caught too", value: 43, acked: 40, unknw: 2, want: "more than 40 acknowledged"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := counterViolation("/bench/hot/8", tt.value, tt.acked, tt.unknw)
+			if (got == "") != (tt.want == "") || !strings.Contains(got, tt.want) {
+				t.Errorf("counterViolation = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTableShowsHotkeyTriesViolationsAndCutShortOps(t *testing.T) {
+	rep := &Report{Systems: []string{"axon", "etcd"}}
+	row := rep.row("hotkey c=256", Hotkey, 256, 0, "increment")
+	row.Results["axon"] = &Result{Ops: 13, OpsPerSec: 2.9, P50Ms: 800, P99Ms: 3000, AttemptsPerOp: 3.92, LatencySamples: 13,
+		Errors: 383, FirstError: "txn: context deadline exceeded", CutShort: 250,
+		Violation: "LOST UPDATE: /bench/hot/256 grew by 12 over 13 acknowledged increments"}
+	row.Results["etcd"] = &Result{Ops: 1000, OpsPerSec: 30, P50Ms: 1000, P99Ms: 3000, AttemptsPerOp: 17.3, LatencySamples: 1000, CutShort: 10}
+	rep.finish()
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"3.92", "17.30", "0.10x",
+		"hotkey c=256 axon: 0 conflicts, 383 errors (first: txn: context deadline exceeded)",
+		"hotkey c=256 axon: VIOLATION: LOST UPDATE",
+		"hotkey c=256 axon: 250 ops cut short"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "etcd: 10 ops cut short") {
+		t.Errorf("1%% of the ops cut short needs no note:\n%s", out)
+	}
 }

@@ -30,6 +30,13 @@
 //   - watch: watchers on a prefix with prev_kv while one writer creates at
 //     a fixed rate. One op is an event delivered to one watcher; its latency
 //     runs from the writer's ack to the watcher receiving it.
+//   - hotkey: clients that all increment one counter key: Get, then Txn If
+//     ModRevision(k)==m Then Put(v+1), again from the Get until a Txn
+//     applies. One op is an increment, its latency from the first Get; a
+//     failed or timed-out request is an error and the increment goes on.
+//     Its own client counts, op and time bounds. Afterwards the counter
+//     must hold at least the acknowledged increments (else an update was
+//     lost) and at most those plus the Txns of unknown outcome.
 //
 // Two more start servers of their own on fresh directories:
 //

@@ -15,12 +15,13 @@ const (
 	Get     = "get"
 	List    = "list"
 	Watch   = "watch"
+	Hotkey  = "hotkey"
 	Memory  = "memory"
 	Restart = "restart"
 )
 
 // AllWorkloads lists every workload in run order.
-var AllWorkloads = []string{Create, Update, Delete, Get, List, Watch, Memory, Restart}
+var AllWorkloads = []string{Create, Update, Delete, Get, List, Watch, Hotkey, Memory, Restart}
 
 // Options configures a run. Default and Quick return complete sets.
 type Options struct {
@@ -48,6 +49,11 @@ type Options struct {
 	WatchRate   int   // creates per second of the writer
 	WatchEvents int   // creates per watcher count (also bounded by MaxTime)
 
+	HotClients []int         // client counts of hotkey, a row each
+	HotOps     int           // successful increments per hotkey row (upper bound)
+	HotTime    time.Duration // time per hotkey row (upper bound)
+	HotTimeout time.Duration // deadline of one Get or Txn of hotkey
+
 	MemoryKeys  int   // keys loaded before reading peak RSS
 	RestartKeys []int // keys stored before the restarts
 	RestartReps int   // restarts per key count
@@ -71,7 +77,7 @@ type Options struct {
 func Default() Options {
 	return Options{
 		Systems:        []string{"axon", "etcd"},
-		Workloads:      []string{Create, Update, Delete, Get, List, Watch, Restart},
+		Workloads:      []string{Create, Update, Delete, Get, List, Watch, Hotkey, Restart},
 		Clients:        []int{1, 64, 256},
 		Conns:          8,
 		Ops:            20000,
@@ -86,6 +92,10 @@ func Default() Options {
 		Watchers:       []int{10, 1000},
 		WatchRate:      100,
 		WatchEvents:    1000,
+		HotClients:     []int{1, 8, 32, 256},
+		HotOps:         10000,
+		HotTime:        3 * time.Second,
+		HotTimeout:     2 * time.Second,
 		MemoryKeys:     1000000,
 		RestartKeys:    []int{100000},
 		RestartReps:    3,
@@ -108,6 +118,9 @@ func Quick() Options {
 	o.Watchers = []int{10}
 	o.WatchRate = 200
 	o.WatchEvents = 100
+	o.HotClients = []int{1, 8}
+	o.HotOps = 500
+	o.HotTime = time.Second
 	o.MemoryKeys = 2000
 	o.RestartKeys = []int{1000}
 	o.RestartReps = 2
@@ -143,7 +156,7 @@ func (o *Options) validate() error {
 	if o.Binary == "" {
 		return fmt.Errorf("no axon binary given")
 	}
-	for _, n := range o.Clients {
+	for _, n := range slices.Concat(o.Clients, o.HotClients) {
 		if n < 1 {
 			return fmt.Errorf("client count %d: want at least 1", n)
 		}
@@ -156,6 +169,9 @@ func (o *Options) validate() error {
 	}
 	if o.WatchRate < 1 || o.WatchEvents < 1 {
 		return fmt.Errorf("watch rate and events must be positive")
+	}
+	if o.HotOps < 1 || o.HotTime <= 0 || o.HotTimeout <= 0 {
+		return fmt.Errorf("hot ops, hot time and hot timeout must be positive")
 	}
 	if o.RestartReps < 1 || o.LoadClients < 1 || o.LoadBatch < 1 || o.Conns < 1 {
 		return fmt.Errorf("restart reps, load clients, load batch and conns must be positive")

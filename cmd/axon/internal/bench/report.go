@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-var perSystem = []string{"ops/s", "p50", "p99", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS"}
+var perSystem = []string{"ops/s", "p50", "p99", "tries/op", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS"}
 
 // WriteTable writes the report as one table: a row per workload, a group
 // of columns per system and, when both ran, the Axon/etcd ratios.
@@ -46,11 +46,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		for _, s := range rep.Systems {
 			res := r.Results[s]
 			if res == nil {
-				cells = append(cells, "-", "-", "-", "-", "-", "-", "-")
+				cells = append(cells, "-", "-", "-", "-", "-", "-", "-", "-")
 				continue
 			}
 			cells = append(cells, fmtRate(res.OpsPerSec), fmtLat(res.P50Ms, res.LatencySamples), fmtLat(res.P99Ms, res.LatencySamples),
-				fmtSec(res.ServerCPUSecPer1kOps), fmtRate(res.OpsPerServerCPUSec), fmtSec(res.ClientCPUSecPer1kOps),
+				fmtTries(res.AttemptsPerOp), fmtSec(res.ServerCPUSecPer1kOps), fmtRate(res.OpsPerServerCPUSec), fmtSec(res.ClientCPUSecPer1kOps),
 				fmtBytes(res.ServerPeakRSSBytes))
 		}
 		if ratios {
@@ -68,27 +68,46 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	var notes []string
 	for _, r := range rep.Rows {
 		for _, s := range rep.Systems {
-			res := r.Results[s]
-			if res == nil || res.Conflicts+res.Errors == 0 {
-				continue
+			if res := r.Results[s]; res != nil {
+				notes = append(notes, res.notes(r.Name+" "+s)...)
 			}
-			n := fmt.Sprintf("%s %s: %d conflicts, %d errors", r.Name, s, res.Conflicts, res.Errors)
-			if res.FirstError != "" {
-				n += " (first: " + res.FirstError + ")"
-			}
-			notes = append(notes, n)
 		}
 	}
 	fmt.Fprintln(w, `
 One op: a request (create, update = Get + CAS txn, delete, get; a lost compare is a conflict, not
 an op); a full paginated list (list); an event delivered to one watcher (watch; p50/p99 = write ack
-to delivery, 0 if the event came first); a restart (p50/p99 = process start to first linearizable
-Get); a key loaded in batches (memory). srvCPU/1k, genCPU/1k: CPU seconds per 1,000 ops of the
-server, of this load generator. peakRSS: the server's VmHWM so far. Ratios: Axon's over etcd's.`)
+to delivery, 0 if the event came first); an increment of the one key all clients share (hotkey:
+Get + CAS txn until one applies; p50/p99 = first Get to that txn; tries/op = Get+txn rounds per
+increment; a failed or timed-out request is an error and the increment goes on); a restart
+(p50/p99 = process start to first linearizable Get); a key loaded in batches (memory). srvCPU/1k,
+genCPU/1k: CPU seconds per 1,000 ops of the server, of this load generator. peakRSS: the server's
+VmHWM so far. Ratios: Axon's over etcd's.`)
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
 	return nil
+}
+
+// notes are what the table says under it about one result: errors and
+// conflicts, a violation, and latencies that leave out more than 1% of
+// the ops because the time bound cut them short.
+func (res *Result) notes(name string) []string {
+	var ns []string
+	if res.Conflicts+res.Errors > 0 {
+		n := fmt.Sprintf("%s: %d conflicts, %d errors", name, res.Conflicts, res.Errors)
+		if res.FirstError != "" {
+			n += " (first: " + res.FirstError + ")"
+		}
+		ns = append(ns, n)
+	}
+	if res.Violation != "" {
+		ns = append(ns, name+": VIOLATION: "+res.Violation)
+	}
+	if res.CutShort*100 > res.Ops {
+		ns = append(ns, fmt.Sprintf("%s: %d ops cut short by the time bound, %d finished: p50/p99 leave out the slowest",
+			name, res.CutShort, res.Ops))
+	}
+	return ns
 }
 
 func fmtRate(f float64) string {
@@ -149,6 +168,13 @@ func fmtBytes(b int64) string {
 		return fmt.Sprintf("%.2fG", float64(b)/(1<<30))
 	}
 	return fmt.Sprintf("%.0fM", float64(b)/(1<<20))
+}
+
+func fmtTries(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", f)
 }
 
 func fmtRatio(f float64) string {

@@ -12,6 +12,9 @@ type Result struct {
 	Conflicts  int64  `json:"conflicts"`
 	Errors     int64  `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
+	// CutShort counts ops the time bound stopped before they finished;
+	// their latencies are in no percentile.
+	CutShort int64 `json:"cut_short,omitempty"`
 
 	Seconds   float64 `json:"seconds"`
 	OpsPerSec float64 `json:"ops_per_sec"`
@@ -31,6 +34,10 @@ type Result struct {
 	WriteRate     float64 `json:"write_rate,omitempty"`
 	FromSendP50Ms float64 `json:"from_send_p50_ms,omitempty"`
 	FromSendP99Ms float64 `json:"from_send_p99_ms,omitempty"`
+	// Hotkey only: Get+Txn rounds per increment, and what the check of
+	// the counter after the row found wrong (a lost update), if anything.
+	AttemptsPerOp float64 `json:"attempts_per_op,omitempty"`
+	Violation     string  `json:"violation,omitempty"`
 }
 
 // Row is one workload (at one client count or size) across systems.

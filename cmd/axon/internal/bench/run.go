@@ -80,7 +80,7 @@ type runner struct {
 }
 
 func (r *runner) run(ctx context.Context) error {
-	for _, w := range []string{Create, Update, Delete, Get, List, Watch} {
+	for _, w := range []string{Create, Update, Delete, Get, List, Watch, Hotkey} {
 		if r.o.has(w) {
 			if err := r.mainWorkloads(ctx); err != nil {
 				return err
@@ -225,6 +225,13 @@ func (r *runner) onMain(ctx context.Context, s *server, clis []*clientv3.Client)
 			}
 		}
 	}
+	if r.o.has(Hotkey) {
+		for _, c := range r.o.HotClients {
+			if err := r.hotkey(ctx, s, clis[:min(len(clis), c)], c); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -232,8 +239,14 @@ func (r *runner) record(row *Row, res *Result) {
 	row.Results[r.sys.name] = res
 	args := []any{"ops", res.Ops, "ops/s", round(res.OpsPerSec), "p50", fmtMs(res.P50Ms), "p99", fmtMs(res.P99Ms),
 		"server-cpu-s", round(res.ServerCPUSec), "client-cpu-s", round(res.ClientCPUSec)}
+	if res.AttemptsPerOp > 0 {
+		args = append(args, "tries/op", round(res.AttemptsPerOp))
+	}
 	if res.Conflicts > 0 {
 		args = append(args, "conflicts", res.Conflicts)
+	}
+	if res.CutShort > 0 {
+		args = append(args, "cut-short", res.CutShort)
 	}
 	if res.Errors > 0 {
 		args = append(args, "errors", res.Errors, "first-error", res.FirstError)
@@ -260,13 +273,13 @@ func count(n int) string {
 	return fmt.Sprint(n)
 }
 
-// profile fetches a CPU profile of s covering the next MaxTime (pprof
-// has no way to stop early); the returned func waits for it.
-func (r *runner) profile(s *server, name string) func() {
+// profile fetches a CPU profile of s covering the next d (pprof has no
+// way to stop early); the returned func waits for it.
+func (r *runner) profile(s *server, name string, d time.Duration) func() {
 	if !s.pprof {
 		return func() {}
 	}
-	secs := int(math.Ceil(r.o.MaxTime.Seconds()))
+	secs := int(math.Ceil(d.Seconds()))
 	path := filepath.Join(r.o.CPUProfileDir, fmt.Sprintf("%s-%s.pprof", r.sys.name, strings.NewReplacer(" ", "-", "=", "").Replace(name)))
 	done := make(chan struct{})
 	go func() {

@@ -39,12 +39,12 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		delivered, target, errs atomic.Int64
-		errOnce, allOnce        sync.Once
-		firstErr                string
-		wg                      sync.WaitGroup
-		all                     = make(chan struct{})
-		created                 = make(chan struct{}, 2*n)
+		delivered, target atomic.Int64
+		errs              tally
+		allOnce           sync.Once
+		wg                sync.WaitGroup
+		all               = make(chan struct{})
+		created           = make(chan struct{}, 2*n)
 	)
 	target.Store(int64(n * events))
 	check := func(d int64) {
@@ -52,10 +52,7 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 			allOnce.Do(func() { close(all) })
 		}
 	}
-	fail := func(err error) {
-		errs.Add(1)
-		errOnce.Do(func() { firstErr = err.Error() })
-	}
+	fail := errs.add
 	r.log.Info("running "+row.Name, "events", events, "rate", r.o.WatchRate)
 	for j := range n {
 		recv[j] = make([]int64, events)
@@ -193,9 +190,9 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 	}
 	if missing := int64(n*written) - res.Ops; missing > 0 {
 		fail(fmt.Errorf("%d events not delivered within %v of the last write", missing, deliveryGrace))
-		errs.Add(missing - 1)
+		errs.n.Add(missing - 1)
 	}
-	res.Errors, res.FirstError = errs.Load(), firstErr
+	res.Errors, res.FirstError = errs.n.Load(), errs.first
 	res.Seconds = time.Duration(last - start).Seconds()
 	res.OpsPerSec = div(float64(res.Ops), res.Seconds)
 	res.WriteRate = div(float64(written), time.Duration(writeEnd-start).Seconds())

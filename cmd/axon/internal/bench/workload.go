@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -18,6 +19,10 @@ type worker struct {
 	src *rand.ChaCha8
 	rng *rand.Rand
 	buf []byte
+	// deadline and errs are the run's time bound and error tally, set by
+	// timed, for ops that retry inside (hotkey).
+	deadline time.Time
+	errs     *tally
 }
 
 func newWorker(id, valueSize int) *worker {
@@ -37,6 +42,23 @@ func (w *worker) value() string {
 // opFunc does op i; conflict means a compare failed (not an error).
 type opFunc func(ctx context.Context, cli *clientv3.Client, w *worker, i int) (conflict bool, err error)
 
+// errCutShort is what an op returns when the time bound stopped it before
+// it finished: neither an op nor an error.
+var errCutShort = errors.New("cut short by the time bound")
+
+// tally counts errors and keeps the first one's text (read first once
+// no more are added).
+type tally struct {
+	n     atomic.Int64
+	once  sync.Once
+	first string
+}
+
+func (t *tally) add(err error) {
+	t.n.Add(1)
+	t.once.Do(func() { t.first = err.Error() })
+}
+
 // timed runs fn from n workers until ops ops are done or maxTime passes
 // and measures the server and this process meanwhile. Ops that fail count
 // as errors and those that lose a compare as conflicts, neither as ops: a
@@ -49,10 +71,9 @@ func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, 
 	deadline := time.Now().Add(maxTime)
 	var (
 		next      atomic.Int64
-		errs      atomic.Int64
+		errs      tally
 		conflicts atomic.Int64
-		errOnce   sync.Once
-		firstErr  string
+		cut       atomic.Int64
 		lat       = make([][]time.Duration, n)
 		wg        sync.WaitGroup
 	)
@@ -61,6 +82,7 @@ func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, 
 		go func() {
 			defer wg.Done()
 			wk := newWorker(w, r.o.ValueSize)
+			wk.deadline, wk.errs = deadline, &errs
 			cli := clis[w%len(clis)]
 			lat[w] = make([]time.Duration, 0, min(ops/n+1, 1<<16))
 			for ctx.Err() == nil {
@@ -73,9 +95,12 @@ func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, 
 				conflict, err := fn(octx, cli, wk, i)
 				d := time.Since(t0)
 				cancel()
+				if errors.Is(err, errCutShort) {
+					cut.Add(1)
+					continue
+				}
 				if err != nil {
-					errs.Add(1)
-					errOnce.Do(func() { firstErr = err.Error() })
+					errs.add(err)
 					continue
 				}
 				if conflict {
@@ -88,7 +113,7 @@ func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, 
 	}
 	wg.Wait()
 	all := slices.Concat(lat...)
-	res := &Result{Ops: int64(len(all)), Errors: errs.Load(), Conflicts: conflicts.Load(), FirstError: firstErr}
+	res := &Result{Ops: int64(len(all)), Errors: errs.n.Load(), Conflicts: conflicts.Load(), CutShort: cut.Load(), FirstError: errs.first}
 	if err := u.finish(res); err != nil {
 		return nil, err
 	}
@@ -211,7 +236,7 @@ func (r *runner) ops(ctx context.Context, s *server, clis []*clientv3.Client, w 
 	r.log.Info("running " + row.Name)
 	wait := func() {}
 	if w != Get {
-		wait = r.profile(s, row.Name)
+		wait = r.profile(s, row.Name, r.o.MaxTime)
 	}
 	res, err := r.timed(ctx, s, clis, c, r.o.Ops, r.o.MaxTime, r.o.OpTimeout, fn)
 	wait()
