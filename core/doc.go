@@ -27,6 +27,20 @@
 // commit point C has passed their revision; the header revision of a
 // write is its own revision, of a read C.
 //
+// # Contention
+//
+// Before a request is dealt it takes latches on the keys it reads or
+// writes (ranges on their span, a lease revoke on every key; latch.go).
+// A request that overlaps an earlier one still in flight waits, undealt,
+// until that one's outcome is final, so requests on one key are dealt in
+// arrival order and none finds its key touched by a later revision. When
+// a latch is released, the requests queued behind it go out together as
+// one WorkBatch: one engine transaction, each at its own revision,
+// evaluated in order, so one commit serves a hot key's whole queue (as
+// one raft entry batch does in etcd). The engine's conflict check stays
+// the safety net: late work and conflicts still fence and deal again, and
+// only an engine that keeps failing exhausts a request's attempts.
+//
 // # Writing a driver
 //
 // A driver owns one Node and serialises calls into it (a mutex, or one
@@ -36,13 +50,15 @@
 //  2. Feed inputs: Propose for Put, DeleteRange and Txn; Compact;
 //     AddWatch, CancelWatch. Validation errors come back at once.
 //  3. Call Ready and act on every output:
-//     - Work: for WorkRequest, WorkFence and WorkCompact, begin an engine
-//     transaction, evaluate the work against it (Evaluate, or
-//     CompactWrites), apply Effects.Writes, commit unless Effects.Late,
-//     and Report the work with its Effects and the Outcome: Committed,
-//     NotApplied (definite failure) or Uncertain. Work items are
-//     independent and may run concurrently, in any order; back off by
-//     Work.Attempt. For WorkCatchUp, read ReadEvents(From, To) in a
+//     - Work: for WorkRequest, WorkBatch, WorkFence and WorkCompact,
+//     begin an engine transaction, evaluate the work against it
+//     (Evaluate, or CompactWrites; for WorkBatch each request in order,
+//     applying its writes before evaluating the next, with the effects in
+//     Effects.Batch — storage/exec.Apply does all of this), apply
+//     Effects.Writes, commit unless Effects.Late, and Report the work with
+//     its Effects and the Outcome: Committed, NotApplied (definite
+//     failure) or Uncertain. Work items are independent and may run
+//     concurrently, in any order; back off by Work.Attempt. For WorkCatchUp, read ReadEvents(From, To) in a
 //     snapshot and hand the result to CatchUpDone.
 //     - Responses: deliver each to the client waiting on its RequestID.
 //     - WatchResponses: deliver in order per watch.
