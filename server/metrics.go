@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
@@ -161,12 +162,17 @@ func (s *Server) Metrics() http.Handler {
 	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{Registry: s.metrics.reg})
 }
 
-// ServerOptions are the grpc.ServerOptions the server's gRPC metrics
-// need; pass them to grpc.NewServer.
+// ServerOptions are the grpc.ServerOptions the server needs — its gRPC
+// metrics, etcd's keepalive policy, room for the largest request (with
+// etcd's 512 KiB of slack) — to pass to grpc.NewServer.
 func (s *Server) ServerOptions() []grpc.ServerOption {
+	ka := s.cfg.KeepAlive.withDefaults()
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.metrics.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,6 +41,9 @@ type Config struct {
 	// MaxRequestBytes bounds a write request's size (etcd's
 	// --max-request-bytes; default 1.5 MiB).
 	MaxRequestBytes int
+	// KeepAlive is the gRPC keepalive policy; zero fields take etcd's
+	// defaults.
+	KeepAlive KeepAlive
 	// Leadership timing (DESIGN §9); zero values take core's defaults.
 	Lease, RenewEvery, MaxDrift, EngineDeadline time.Duration
 	// Exclusive says the engine is this instance's alone (Badger locks
@@ -51,6 +55,30 @@ type Config struct {
 
 // DefaultMaxRequestBytes is etcd's default --max-request-bytes.
 const DefaultMaxRequestBytes = 1536 * 1024
+
+// KeepAlive is etcd's gRPC keepalive policy. Without it grpc-go allows a
+// client one ping per 5 minutes and answers more with GOAWAY
+// "too_many_pings": kube-apiserver's etcd client pings every 30 s, so
+// its connections, and every watch on them, would be dropped.
+type KeepAlive struct {
+	// MinTime is the shortest interval a client may ping at
+	// (--grpc-keepalive-min-time, default 5s).
+	MinTime time.Duration
+	// Interval is how often the server pings an idle client
+	// (--grpc-keepalive-interval, default 2h).
+	Interval time.Duration
+	// Timeout is how long the server waits for a ping's answer before it
+	// closes the connection (--grpc-keepalive-timeout, default 20s).
+	Timeout time.Duration
+}
+
+// withDefaults fills in etcd's defaults.
+func (k KeepAlive) withDefaults() KeepAlive {
+	k.MinTime = cmp.Or(k.MinTime, 5*time.Second)
+	k.Interval = cmp.Or(k.Interval, 2*time.Hour)
+	k.Timeout = cmp.Or(k.Timeout, 20*time.Second)
+	return k
+}
 
 // errNotLeading says this instance does not lead: the call goes to the
 // leader instead.

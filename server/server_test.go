@@ -62,11 +62,7 @@ func startServerIn(t testing.TB, dir string, cfg server.Config) (*server.Server,
 	if err != nil {
 		t.Fatal(err)
 	}
-	maxReq := cfg.MaxRequestBytes
-	if maxReq <= 0 {
-		maxReq = server.DefaultMaxRequestBytes
-	}
-	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(maxReq+512*1024))...)
+	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})

@@ -54,6 +54,7 @@ type serveFlags struct {
 	pdEndpoints                                  []string
 	pdCA, pdCert, pdKey                          string
 	leaderLease, maxClockDrift, engineDeadline   time.Duration
+	keepAlive                                    server.KeepAlive
 }
 
 func serveCmd() *cobra.Command {
@@ -71,6 +72,9 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
+	fl.DurationVar(&f.keepAlive.Interval, "grpc-keepalive-interval", 2*time.Hour, "how often the server pings an idle connection")
+	fl.DurationVar(&f.keepAlive.Timeout, "grpc-keepalive-timeout", 20*time.Second, "how long the server waits for a ping's answer before closing the connection")
 	fl.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "periodic: keep --auto-compaction-retention of history; revision: keep that many revisions")
 	fl.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
@@ -148,7 +152,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
-		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac,
+		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive,
 	}, eng)
 	if err != nil {
 		return err
@@ -159,7 +163,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(append(srv.ServerOptions(), grpc.MaxRecvMsgSize(f.maxRequestBytes+512*1024))...)
+	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
