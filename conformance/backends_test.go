@@ -79,7 +79,7 @@ func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 		eng.Close()
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	srv.SetClientURLs([]string{"http://" + lis.Addr().String()})
@@ -126,7 +126,7 @@ func startAxonFollower(t testing.TB, opts backendOptions) *kubernetes.Client {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := grpc.NewServer()
+		g := grpc.NewServer(srv.ServerOptions()...)
 		srv.Register(g)
 		go func() { _ = g.Serve(lis) }()
 		t.Cleanup(func() {
