@@ -1,8 +1,9 @@
 package sim
 
 import (
-	"context"
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -23,8 +24,10 @@ type expiry struct {
 
 // check resolves every call against the engine's ground truth, then runs
 // the checkers: every applied revision is explained by exactly one call
-// or expiry, every acknowledged write is applied, the history is
-// linearizable, and every watch stream keeps etcd's guarantees.
+// or expiry, every acknowledged write is applied, the final state is the
+// replay of the events, every compare-and-swap swapped what it compared,
+// the history is linearizable, and every watch stream keeps etcd's
+// guarantees.
 func (w *World) check(res *Result) error {
 	evs, err := w.committedEvents()
 	if err != nil {
@@ -38,7 +41,14 @@ func (w *World) check(res *Result) error {
 	if err := w.resolve(); err != nil {
 		return err
 	}
+	w.countLate(res)
 	if err := w.explain(byRev); err != nil {
+		return err
+	}
+	if err := w.checkState(evs); err != nil {
+		return err
+	}
+	if res.increments, err = w.checkSwaps(evs); err != nil {
 		return err
 	}
 	if err := w.checkWatches(evs); err != nil {
@@ -67,6 +77,33 @@ func (w *World) resolve() error {
 				break
 			}
 		}
+	}
+	return nil
+}
+
+// countLate counts the calls that applied after their client gave up,
+// by the node they entered at.
+func (w *World) countLate(res *Result) {
+	for _, cl := range w.hist.calls {
+		if cl.status == unknown && cl.patched != nil {
+			res.Late++
+			if cl.viaLeader {
+				res.lateVia[0]++
+			} else {
+				res.lateVia[1]++
+			}
+		}
+	}
+}
+
+// callResponse is the answer of a write call that applied (nil if it
+// did not): the one its client got, or the engine's for an abandoned one.
+func callResponse(cl *call) *pb.ResponseOp {
+	switch {
+	case cl.patched != nil:
+		return cl.patched.eff.Response
+	case callRev(cl) != 0:
+		return cl.resp
 	}
 	return nil
 }
@@ -249,17 +286,12 @@ func (w *World) checkLinearizable(res *Result) error {
 }
 
 // compacted is the final compact revision: no watch saw a higher one.
-func (w *World) compacted() int64 {
-	txn, err := w.eng.Begin(context.Background())
-	if err != nil {
-		return 0
-	}
-	defer txn.Rollback()
-	st, err := core.Recover(storage.NewReader(txn))
-	if err != nil {
-		return 0
-	}
-	return st.Compacted
+func (w *World) compacted() (rev int64) {
+	_ = w.final(func(_ storage.Reader, st core.State) error {
+		rev = st.Compacted
+		return nil
+	})
+	return rev
 }
 
 // checkWatches checks every watch stream against the ground truth.
@@ -282,4 +314,138 @@ func (w *World) checkWatches(evs []core.Event) error {
 		}
 	}
 	return nil
+}
+
+// checkState replays the ground-truth events and compares the result with
+// what a read of every key at the final commit point returns: a commit
+// that landed over a newer one (a skipped conflict check) leaves a key
+// whose latest value no event explains. It does not check older
+// versions (reads at a revision are the linearizability check's) nor a
+// stale commit that a later write to the same key hid again.
+func (w *World) checkState(evs []core.Event) error {
+	want := map[string]*mvccpb.KeyValue{}
+	for _, ev := range evs {
+		if ev.Type == mvccpb.DELETE {
+			delete(want, string(ev.Kv.Key))
+		} else {
+			want[string(ev.Kv.Key)] = ev.Kv
+		}
+	}
+	got, err := w.finalRange()
+	if err != nil {
+		return fmt.Errorf("reading the final state: %w", err)
+	}
+	for _, kv := range got {
+		ev := want[string(kv.Key)]
+		delete(want, string(kv.Key))
+		if ev == nil || ev.ModRevision != kv.ModRevision || ev.CreateRevision != kv.CreateRevision ||
+			ev.Version != kv.Version || ev.Lease != kv.Lease || string(ev.Value) != string(kv.Value) {
+			return fmt.Errorf("final state: %q is %s, its events say %s", kv.Key, describeKV(kv), describeKV(ev))
+		}
+	}
+	left := slices.Sorted(maps.Keys(want))
+	if len(left) > 0 {
+		return fmt.Errorf("final state: %q is missing, its events say %s", left[0], describeKV(want[left[0]]))
+	}
+	return nil
+}
+
+func describeKV(kv *mvccpb.KeyValue) string {
+	if kv == nil {
+		return "absent"
+	}
+	return fmt.Sprintf("%q at r%d (created r%d, version %d, lease %d)", kv.Value, kv.ModRevision, kv.CreateRevision, kv.Version, kv.Lease)
+}
+
+// finalRange reads every key at the engine's commit point.
+func (w *World) finalRange() (kvs []*mvccpb.KeyValue, err error) {
+	err = w.final(func(rd storage.Reader, st core.State) error {
+		resp, err := core.Range(rd, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}}, st.Committed, st.Compacted)
+		kvs = resp.GetKvs()
+		return err
+	})
+	return kvs, err
+}
+
+// swap is a Txn `If ModRevision(k)==m Then Put(k, …)` (or Then
+// Delete(k)): Kubernetes' create, GuaranteedUpdate and conditional delete,
+// and the hot counters' increments.
+type swap struct {
+	key string
+	mod int64
+	put *pb.PutRequest // nil: a delete
+}
+
+func swapOf(in input) (swap, bool) {
+	t := in.write.GetRequestTxn()
+	if in.kind != opWrite || t == nil || len(t.Compare) != 1 || len(t.Success) != 1 {
+		return swap{}, false
+	}
+	c := t.Compare[0]
+	if c.Target != pb.Compare_MOD || c.Result != pb.Compare_EQUAL || len(c.RangeEnd) > 0 {
+		return swap{}, false
+	}
+	sw := swap{key: string(c.Key), mod: c.GetModRevision(), put: t.Success[0].GetRequestPut()}
+	if sw.put != nil {
+		return sw, string(sw.put.Key) == sw.key
+	}
+	d := t.Success[0].GetRequestDeleteRange()
+	return sw, d != nil && string(d.Key) == sw.key && len(d.RangeEnd) == 0
+}
+
+// checkSwaps holds every compare-and-swap that applied and succeeded —
+// acknowledged, or abandoned by its client and found in the engine — to
+// what etcd promises, against the engine's events rather than Axon's
+// answers: the key's revision just before the swap was the one compared.
+// So no two swaps of a key compared the same revision (the lost update of
+// two CAS Txns that both succeed), and a counter increment wrote one more
+// than the value it compared against: the counter accounts for every
+// increment. A swap at m = 0 (create) needs the key absent before it.
+// It does not check Txns of other shapes (several compares, value or
+// version compares) or swaps whose compare failed: those are the
+// linearizability check's. It returns how many counter increments it
+// checked.
+func (w *World) checkSwaps(evs []core.Event) (increments int, err error) {
+	byKey := map[string][]core.Event{}
+	for _, ev := range evs {
+		byKey[string(ev.Kv.Key)] = append(byKey[string(ev.Kv.Key)], ev)
+	}
+	type compared struct {
+		key string
+		mod int64
+	}
+	winner := map[compared]int{}
+	for _, cl := range w.hist.calls {
+		sw, ok := swapOf(cl.in)
+		if !ok || !callResponse(cl).GetResponseTxn().GetSucceeded() {
+			continue
+		}
+		rev := callRev(cl)
+		if prev, dup := winner[compared{sw.key, sw.mod}]; dup && sw.mod > 0 {
+			return 0, fmt.Errorf("lost update: op%d and op%d both swapped %q comparing ModRevision==%d", prev, cl.id, sw.key, sw.mod)
+		}
+		winner[compared{sw.key, sw.mod}] = cl.id
+		evs := byKey[sw.key]
+		i, found := slices.BinarySearchFunc(evs, rev, func(ev core.Event, rev int64) int { return cmp.Compare(ev.Rev, rev) })
+		if !found {
+			if sw.put == nil && sw.mod == 0 {
+				continue // deleted what was not there: no event
+			}
+			return 0, fmt.Errorf("op%d swapped %q at r%d, but the engine has no event of it there", cl.id, sw.key, rev)
+		}
+		var before *mvccpb.KeyValue
+		if i > 0 && evs[i-1].Type == mvccpb.PUT {
+			before = evs[i-1].Kv
+		}
+		if mod := before.GetModRevision(); mod != sw.mod {
+			return 0, fmt.Errorf("lost update: op%d swapped %q at r%d comparing ModRevision==%d, but the engine had it at r%d then", cl.id, sw.key, rev, sw.mod, mod)
+		}
+		if cl.in.counter {
+			if want := counterNumber(before.GetValue()) + 1; counterNumber(sw.put.Value) != want {
+				return 0, fmt.Errorf("counter %q: op%d wrote %s at r%d over %s, not %d", sw.key, cl.id, sw.put.Value, rev, describeKV(before), want)
+			}
+			increments++
+		}
+	}
+	return increments, nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -29,6 +30,8 @@ type input struct {
 	ttl   int64
 	lease int64
 	rev   int64
+	// counter marks the read and the Txn of a hot-counter CAS loop.
+	counter bool
 }
 
 type callStatus uint8
@@ -55,6 +58,7 @@ type call struct {
 	attempts   []attempt     // engine commits that may have applied it
 	patched    *attempt      // the attempt the engine shows applied
 	released   time.Duration // when a leader released its answer
+	viaLeader  bool          // it entered the cluster at the leader
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).
@@ -86,6 +90,7 @@ type client struct {
 	watch   *clientWatch
 	watches []*clientWatch
 	list    *listState
+	counter *counterLoop
 	watcher bool
 	final   bool // the post-heal liveness operation is out
 }
@@ -93,6 +98,77 @@ type client struct {
 type listState struct {
 	rev  int64
 	next []byte
+}
+
+// counterLoop is a hot-counter increment in Kubernetes' GuaranteedUpdate
+// shape: read the key, then Txn If ModRevision(k)==m Then Put(k, v+1) Else
+// Get(k); after a failed compare go again from the Else read, after an
+// abandoned or failed call from a fresh read.
+type counterLoop struct {
+	key   string
+	read  bool // mod and val are known
+	mod   int64
+	val   int64
+	tries int
+}
+
+// counterTries bounds one increment's rounds, as GuaranteedUpdate's
+// callers bound theirs.
+const counterTries = 8
+
+func (l *counterLoop) input() input {
+	if !l.read {
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(l.key)}, counter: true}
+	}
+	v := []byte(strconv.FormatInt(l.val+1, 10))
+	return input{kind: opWrite, counter: true, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+		Compare: []*pb.Compare{modCompare(l.key, l.mod)}, Success: []*pb.RequestOp{putOp(l.key, v, 0)}, Failure: []*pb.RequestOp{getOp(l.key)}}}}}
+}
+
+// counterValue reads a counter from a range result: its mod revision
+// and number (0 if absent or not a number: any client may write a hot key).
+func counterValue(kvs []*mvccpb.KeyValue) (mod, val int64) {
+	if len(kvs) == 0 {
+		return 0, 0
+	}
+	return kvs[0].ModRevision, counterNumber(kvs[0].Value)
+}
+
+func counterNumber(v []byte) int64 {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// learnCounter moves the counter loop on after one of its calls ended.
+func (c *client) learnCounter(cl *call) {
+	l := c.counter
+	if l == nil || !cl.in.counter {
+		return
+	}
+	switch {
+	case cl.status != answered || cl.err != nil:
+		l.read = false
+		l.tries++
+	case cl.in.kind == opRange:
+		l.read = true
+		l.mod, l.val = counterValue(cl.resp.GetResponseRange().GetKvs())
+	case cl.resp.GetResponseTxn().GetSucceeded():
+		c.counter = nil
+		return
+	default: // go again from the Else read
+		rs := cl.resp.GetResponseTxn().GetResponses()
+		l.read = len(rs) == 1 && rs[0].GetResponseRange() != nil
+		if l.read {
+			l.mod, l.val = counterValue(rs[0].GetResponseRange().Kvs)
+		}
+		l.tries++
+	}
+	if l.tries >= counterTries {
+		c.counter = nil
+	}
 }
 
 // clientWatch is one watch stream as the client saw it.
@@ -120,7 +196,11 @@ func (c *client) keyspace() []string {
 	return []string{"/e/a", "/e/b", "/e/c", "/registry/pods/a"}
 }
 
+// pickKey draws a key: a hot one with the plan's hot share.
 func (c *client) pickKey() string {
+	if hot := c.w.plan.HotKeys; len(hot) > 0 && c.w.chance(c.w.plan.HotShare) {
+		return hot[c.w.rng.IntN(len(hot))]
+	}
 	ks := c.keyspace()
 	return ks[c.w.rng.IntN(len(ks))]
 }
@@ -146,6 +226,12 @@ func (c *client) next() input {
 	w := c.w
 	if c.list != nil {
 		return input{kind: opRange, rng: &pb.RangeRequest{Key: c.list.next, RangeEnd: []byte("/registry/pods0"), Limit: 2, Revision: c.list.rev}}
+	}
+	if hot := w.plan.HotKeys; c.counter == nil && len(hot) > 0 && w.chance(w.plan.HotShare/2) {
+		c.counter = &counterLoop{key: hot[w.rng.IntN(len(hot))]}
+	}
+	if c.counter != nil {
+		return c.counter.input()
 	}
 	if c.kind == kubeClient {
 		k := c.pickKey()
@@ -245,15 +331,35 @@ func (c *client) send(in input) {
 	cl := w.hist.add(c, in, w.now)
 	c.cur = cl
 	n := c.targetNode()
+	cl.viaLeader = n.up && n.member.Role() == core.Leader
 	w.sendToNode(c, n, "request", func() { n.handle(cl, 0) })
-	w.after(clientTimeout, "timeout", func() {
-		if !cl.done {
-			cl.done, cl.status, cl.end = true, unknown, w.now
-			w.note("c%d op%d timed out", c.idx, cl.id)
-			c.cur = nil
-			c.think()
+	timeout := clientTimeout
+	if !c.final {
+		if w.chance(w.plan.CancelShare) {
+			w.after(w.between(0, w.plan.NetDelay), "cancel", func() { c.giveUp(cl, "cancel") })
 		}
-	})
+		if w.chance(w.plan.TimeoutShare) {
+			timeout = w.plan.Timeout
+		}
+	}
+	w.after(timeout, "timeout", func() { c.giveUp(cl, "timeout") })
+}
+
+// giveUp abandons a call (why: "timeout" or "cancel") that may still
+// apply; check.go learns from the engine whether it did.
+func (c *client) giveUp(cl *call, why string) {
+	if cl.done {
+		return
+	}
+	cl.done, cl.status, cl.end = true, unknown, c.w.now
+	via := "follower"
+	if cl.viaLeader {
+		via = "leader"
+	}
+	c.w.fault(why, "c%d op%d via %s", c.idx, cl.id, via)
+	c.learnCounter(cl)
+	c.cur = nil
+	c.think()
 }
 
 func (c *client) think() {
@@ -281,6 +387,7 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 		w.hist.maxSeenRev = rev
 	}
 	c.learn(cl)
+	c.learnCounter(cl)
 	c.cur = nil
 	c.think()
 }
@@ -435,5 +542,3 @@ func (c *client) watchBroken(cw *clientWatch) {
 		}
 	}
 }
-
-var _ = mvccpb.PUT

@@ -6,16 +6,25 @@
 //
 // A World holds three nodes (core.Member plus a small driver whose memory
 // a crash wipes) over one faulty memkv engine, and clients with
-// Kubernetes-like and etcd-like traffic. Each seed draws its own mix of
-// faults (plan.go): engine errors, unavailability and uncertain commits,
-// crashes, pauses, partitions, message loss and duplication, clock
-// jumps, leader transfers, compactions, lease expiry. After the client
+// Kubernetes-like and etcd-like traffic, through leader and followers.
+// Each seed draws its own mix of faults (plan.go): engine errors,
+// unavailability and uncertain commits, crashes, pauses, partitions,
+// message loss and duplication, clock jumps, leader transfers,
+// compactions, lease expiry; and of traffic: hot keys (most operations on
+// 1–3 keys, counters incremented by Get-then-CAS loops, more clients) and
+// clients that abandon calls (a timeout as short as one commit, or a
+// cancel right after sending) that may still apply. After the client
 // budget is spent the faults heal and every client must get a write
 // through and every watch must catch up (liveness).
 //
 // Then check.go resolves every call the clients could not tell about
 // from the engine's revision records, and runs the checkers: no lost or
-// unexplained write, a linearizable history (linearizability), and etcd's
-// guarantees on every watch stream; core invariants run after every step.
+// unexplained write, a final state that is the replay of the events,
+// every applied compare-and-swap on one key swapped the revision it
+// compared (no lost update, counters count every increment), a
+// linearizable history (linearizability), and etcd's guarantees on every
+// watch stream; core invariants run after every step. Config's
+// BreakDrift and SkipConflictChecks break an assumption or plant a bug,
+// for tests that prove the checkers see what they are for.
 // cmd/axon's `axon sim` runs one seed or a swarm.
 package sim

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +20,10 @@ type Config struct {
 	// BreakDrift lets clocks drift far beyond the bound the leadership
 	// protocol assumes; the checks should then find anomalies.
 	BreakDrift bool
+	// SkipConflictChecks plants a bug in the engine: each commit skips
+	// its conflict check with this probability (memkv's
+	// Fault.SkipConflictCheck); the checks should then find lost updates.
+	SkipConflictChecks float64
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on
@@ -63,7 +68,24 @@ type Plan struct {
 	ClockJumpEvery time.Duration
 	// UnavailableEvery: windows in which every engine call fails.
 	UnavailableEvery time.Duration
+
+	// Clients is how many clients run (more on hot-key seeds).
+	Clients int
+	// HotKeys take HotShare of the operations that name a key, and
+	// HotShare/2 of all operations start a hot-counter CAS loop on one.
+	HotKeys  []string
+	HotShare float64
+	// Abandoning clients give up on a call while it may still apply:
+	// TimeoutShare of the calls wait only Timeout, CancelShare are
+	// cancelled within one network delay of being sent.
+	Timeout      time.Duration
+	TimeoutShare float64
+	CancelShare  float64
 }
+
+// hotKeyPool is where hot keys come from: under the prefixes that
+// watchers watch and lists list, so every checker sees their traffic.
+var hotKeyPool = []string{"/registry/pods/a", "/registry/pods/b", "/registry/pods/hot", "/e/a", "/e/hot"}
 
 // drawPlan picks the seed's fault mix: each kind is on with some
 // probability, at a rate of its own.
@@ -111,7 +133,48 @@ func drawPlan(w *World) Plan {
 	if p.CrashEvery+p.PauseEvery+p.PartitionEvery+p.TransferEvery+p.ClockJumpEvery+p.UnavailableEvery == 0 {
 		p.CrashEvery = w.between(2*time.Second, 5*time.Second)
 	}
+	drawTraffic(w, &p)
 	return p
+}
+
+// drawTraffic picks the seed's contention and impatience: a hot-key mix
+// (most operations on 1–3 keys, counters updated by CAS loops, more
+// clients) and clients that abandon calls after a timeout comparable to
+// one engine commit, or cancel them at once, while the call may still
+// apply through the leader or a follower.
+func drawTraffic(w *World, p *Plan) {
+	p.Clients = w.cfg.Clients
+	if w.chance(0.4) {
+		keys := slices.Clone(hotKeyPool)
+		w.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		p.HotKeys = keys[:1+w.rng.IntN(3)]
+		p.HotShare = 0.7 + 0.25*w.rng.Float64()
+		p.Clients += w.rng.IntN(5)
+	}
+	if w.chance(0.4) {
+		// A write's round trip: a network delay or two there and back,
+		// several engine reads, a commit.
+		p.Timeout = w.between(p.EngineLatency, 4*p.EngineLatency+2*p.NetDelay)
+		p.TimeoutShare = 0.2 + 0.8*w.rng.Float64()
+		if w.chance(0.5) {
+			p.CancelShare = 0.2 * w.rng.Float64()
+		}
+	}
+}
+
+// traffic renders the plan's client mix for the one-line result.
+func (p Plan) traffic() string {
+	s := fmt.Sprintf("clients=%d", p.Clients)
+	if len(p.HotKeys) > 0 {
+		s += fmt.Sprintf(" hot=%d@%.0f%%", len(p.HotKeys), 100*p.HotShare)
+	}
+	if p.TimeoutShare > 0 {
+		s += fmt.Sprintf(" timeout=%v@%.0f%%", p.Timeout.Round(time.Millisecond), 100*p.TimeoutShare)
+	}
+	if p.CancelShare > 0 {
+		s += fmt.Sprintf(" cancel=%.0f%%", 100*p.CancelShare)
+	}
+	return s
 }
 
 // Result is one run's outcome.
@@ -121,11 +184,17 @@ type Result struct {
 	Ops         int
 	Events      int
 	Faults      map[string]int
-	Err         error // nil: every check passed
+	Traffic     string // the seed's client mix (Plan.traffic)
+	Late        int    // calls that applied after their client gave up
+	Err         error  // nil: every check passed
 	Hash        uint64
 	Trace       []string
 	// Visualize writes porcupine's HTML rendering of the run's history.
 	Visualize func(path string) error
+	// lateVia splits Late by the node the call entered: [leader, follower].
+	lateVia [2]int
+	// increments counts the hot-counter increments that applied.
+	increments int
 }
 
 // Line renders the result on one line.
@@ -141,6 +210,6 @@ func (r Result) Line() string {
 	if r.Err != nil {
 		verdict = "FAIL: " + r.Err.Error()
 	}
-	return fmt.Sprintf("seed=%d vtime=%v ops=%d events=%d faults=%d[%s] hash=%016x %s",
-		r.Seed, r.VirtualTime.Round(time.Millisecond), r.Ops, r.Events, total, strings.Join(kinds, ","), r.Hash, verdict)
+	return fmt.Sprintf("seed=%d vtime=%v ops=%d events=%d faults=%d[%s] traffic=[%s] late=%d hash=%016x %s",
+		r.Seed, r.VirtualTime.Round(time.Millisecond), r.Ops, r.Events, total, strings.Join(kinds, ","), r.Traffic, r.Late, r.Hash, verdict)
 }

@@ -16,7 +16,7 @@ func Run(cfg Config) Result {
 	cfg = cfg.withDefaults()
 	w := newWorld(cfg)
 	w.plan = drawPlan(w)
-	w.eng.SetInjector(w.countFaults(memkv.NewRandomInjector(w.rng, w.plan.Engine)))
+	w.eng.SetInjector(w.injector(memkv.NewRandomInjector(w.rng, w.plan.Engine)))
 	for i := range cfg.Nodes {
 		n := newNode(w, i)
 		n.offset = w.between(-maxDrift/2, maxDrift/2)
@@ -27,14 +27,14 @@ func Run(cfg Config) Result {
 		// long before they did.
 		w.nodes[cfg.Nodes-1].offset = 3 * leaseDuration
 	}
-	for i := range cfg.Clients {
+	for i := range w.plan.Clients {
 		c := &client{w: w, idx: i, kind: clientKind(i % 2), modRevs: map[string]int64{}, watcher: i < 4}
 		w.clients = append(w.clients, c)
 		w.after(w.between(0, 100*time.Millisecond), "start", c.issue)
 	}
 	w.scheduleFaults()
 	err := w.runPhases()
-	res := Result{Seed: cfg.Seed, VirtualTime: w.now, Ops: len(w.hist.calls), Faults: w.faults, Trace: w.trace}
+	res := Result{Seed: cfg.Seed, VirtualTime: w.now, Ops: len(w.hist.calls), Faults: w.faults, Traffic: w.plan.traffic(), Trace: w.trace}
 	if err == nil {
 		err = w.violation
 	}
@@ -117,7 +117,7 @@ func (w *World) live() bool {
 func (w *World) heal() {
 	w.healed = true
 	w.note("heal")
-	w.eng.SetInjector(memkv.Static(memkv.Fault{}))
+	w.eng.SetInjector(w.injector(memkv.Static(memkv.Fault{})))
 	w.plan.NetDrop = 0
 	for _, n := range w.nodes {
 		n.isolated = false
@@ -196,10 +196,16 @@ func (w *World) scheduleFaults() {
 	})
 }
 
-// countFaults counts the engine faults an injector decides, by kind.
-func (w *World) countFaults(inj memkv.Injector) memkv.Injector {
+// injector wraps the engine's fault source: it plants the skipped
+// conflict check if the run asks for it (healing fixes faults, not bugs)
+// and counts the faults it decides, by kind.
+func (w *World) injector(inj memkv.Injector) memkv.Injector {
 	return memkv.InjectorFunc(func(op memkv.Op) memkv.Fault {
 		f := inj.Inject(op)
+		if op.Kind == memkv.OpCommit && w.chance(w.cfg.SkipConflictChecks) {
+			f.SkipConflictCheck = true
+			w.faults["skip-conflict-check"]++
+		}
 		if f.Kind != memkv.FaultNone && (op.Kind == memkv.OpCommit || f.Kind == memkv.FaultError || f.Kind == memkv.FaultUnavailable) {
 			w.faults["engine-"+f.Kind.String()]++
 		}
@@ -223,20 +229,29 @@ func (w *World) repeat(every time.Duration, what string, fn func()) {
 	w.after(w.between(every/2, every*3/2), what, loop)
 }
 
-// committedEvents reads the ground truth: every applied revision's
-// events, from the final engine state.
-func (w *World) committedEvents() ([]core.Event, error) {
+// final reads the final engine state: fn gets a snapshot and the State
+// a new leader would recover from it.
+func (w *World) final(fn func(rd storage.Reader, st core.State) error) error {
 	txn, err := w.eng.Begin(context.Background())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer txn.Rollback()
 	rd := storage.NewReader(txn)
 	st, err := core.Recover(rd)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	evs, _, err := core.ReadEvents(rd, 1, st.Committed, 0)
+	return fn(rd, st)
+}
+
+// committedEvents reads the ground truth: every applied revision's
+// events, from the final engine state.
+func (w *World) committedEvents() (evs []core.Event, err error) {
+	err = w.final(func(rd storage.Reader, st core.State) (err error) {
+		evs, _, err = core.ReadEvents(rd, 1, st.Committed, 0)
+		return err
+	})
 	return evs, err
 }
 

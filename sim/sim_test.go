@@ -1,9 +1,17 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
 )
 
 // TestSameSeedSameTrace is the replay guarantee: a seed's run is a pure
@@ -24,18 +32,34 @@ func TestSameSeedSameTrace(t *testing.T) {
 // runSeeds runs seeds [first, first+n) on two goroutines and returns
 // the failures.
 func runSeeds(first uint64, n int, cfg Config) []Result {
+	return swarm(first, n, cfg, false)
+}
+
+// firstFailure runs seeds from first on, in order on two goroutines,
+// until one fails: it returns the lowest failing seed of [first,
+// first+n). Every lower seed was handed out earlier and runs to its end.
+func firstFailure(first uint64, n int, cfg Config) (Result, bool) {
+	fails := swarm(first, n, cfg, true)
+	if len(fails) == 0 {
+		return Result{}, false
+	}
+	return slices.MinFunc(fails, func(a, b Result) int { return cmp.Compare(a.Seed, b.Seed) }), true
+}
+
+func swarm(first uint64, n int, cfg Config, untilFailure bool) []Result {
 	var (
-		next  atomic.Uint64
-		mu    sync.Mutex
-		fails []Result
-		wg    sync.WaitGroup
+		next   atomic.Uint64
+		failed atomic.Bool
+		mu     sync.Mutex
+		fails  []Result
+		wg     sync.WaitGroup
 	)
 	next.Store(first)
 	for range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for !untilFailure || !failed.Load() {
 				seed := next.Add(1) - 1
 				if seed >= first+uint64(n) {
 					return
@@ -43,6 +67,7 @@ func runSeeds(first uint64, n int, cfg Config) []Result {
 				c := cfg
 				c.Seed = seed
 				if r := Run(c); r.Err != nil {
+					failed.Store(true)
 					mu.Lock()
 					fails = append(fails, r)
 					mu.Unlock()
@@ -83,6 +108,118 @@ func TestBrokenDriftIsCaught(t *testing.T) {
 		t.Fatal("100 seeds with broken clock drift all passed: the checks see nothing")
 	}
 	t.Logf("%d of 100 seeds with broken drift failed, e.g. %s", len(fails), fails[0].Line())
+}
+
+// TestSkippedConflictCheckIsCaught plants the bug class behind issue 10's
+// lost update: the engine skips a commit's conflict check (2% of commits;
+// Badger once did when it dropped a snapshot from its conflict-tracking
+// set), so a stale transaction lands over a newer one. The swarm must find
+// it within 200 seeds; the failing seed must replay bit for bit, and pass
+// without the plant.
+func TestSkippedConflictCheckIsCaught(t *testing.T) {
+	start := time.Now()
+	cfg := Config{Ops: 1000, SkipConflictChecks: 0.02}
+	r, ok := firstFailure(1, 200, cfg)
+	if !ok {
+		t.Fatal("200 seeds with skipped conflict checks all passed: the checks see no lost update")
+	}
+	t.Logf("found at seed %d in %v: %s", r.Seed, time.Since(start).Round(time.Millisecond), r.Line())
+	cfg.Seed = r.Seed
+	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
+		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
+	}
+	cfg.SkipConflictChecks = 0
+	if clean := Run(cfg); clean.Err != nil {
+		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
+	}
+}
+
+// TestLostUpdateIsSeen builds the lost update itself: two hot-counter
+// increments `If ModRevision(k)==1 Then Put(k, 2)` evaluated on one
+// snapshot, the later commit's conflict check skipped. Both succeed; the
+// swap check must say so, and the state check too when the stale one
+// lands last (the key's latest value then goes back in revisions).
+func TestLostUpdateIsSeen(t *testing.T) {
+	tests := []struct {
+		name                 string
+		staleLast            bool // the lower revision commits second
+		wantSwaps, wantState bool
+	}{
+		{"the higher revision lands over the lower", false, true, false},
+		{"the lower revision lands over the higher", true, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(Config{Seed: 1})
+			c := &client{w: w}
+			apply := func(txn storage.Txn, rev int64, in input) {
+				t.Helper()
+				eff, err := exec.Apply(txn, &core.Work{Kind: core.WorkRequest, Rev: rev, Term: 1, Request: in.write})
+				if err != nil || eff.Late {
+					t.Fatalf("r%d: %v late=%v", rev, err, eff != nil && eff.Late)
+				}
+				cl := w.hist.add(c, in, 0)
+				cl.done, cl.status, cl.resp, cl.rev = true, answered, eff.Response, rev
+			}
+			begin := func() storage.Txn {
+				txn, err := w.eng.Begin(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return txn
+			}
+			commit := func(txn storage.Txn, skip bool) {
+				t.Helper()
+				w.eng.SetInjector(memkv.Static(memkv.Fault{SkipConflictCheck: skip}))
+				if err := txn.Commit(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := begin()
+			apply(first, 1, input{kind: opWrite, write: putOp("/k", []byte("1"), 0)})
+			commit(first, false)
+			incr := (&counterLoop{key: "/k", read: true, mod: 1, val: 1}).input()
+			a, b := begin(), begin()
+			apply(a, 2, incr)
+			apply(b, 3, incr)
+			if tc.staleLast {
+				a, b = b, a
+			}
+			commit(a, false)
+			commit(b, true)
+			evs, err := w.committedEvents()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, swapsErr := w.checkSwaps(evs)
+			stateErr := w.checkState(evs)
+			t.Logf("swap check: %v; state check: %v", swapsErr, stateErr)
+			if (swapsErr != nil) != tc.wantSwaps || (stateErr != nil) != tc.wantState {
+				t.Errorf("swap check: %v (want an error: %v); state check: %v (want an error: %v)", swapsErr, tc.wantSwaps, stateErr, tc.wantState)
+			}
+		})
+	}
+}
+
+// TestTrafficDimensions checks that the hot-key and abandoning-client
+// dimensions do what they are for: hot counters get incremented, and
+// calls whose clients gave up (timeout or cancel) still apply, entering
+// at the leader and at a follower.
+func TestTrafficDimensions(t *testing.T) {
+	var late [2]int
+	increments := 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		r := Run(Config{Seed: seed, Ops: 500})
+		if r.Err != nil {
+			t.Errorf("%s", r.Line())
+		}
+		late[0] += r.lateVia[0]
+		late[1] += r.lateVia[1]
+		increments += r.increments
+	}
+	if late[0] == 0 || late[1] == 0 || increments == 0 {
+		t.Errorf("over 10 seeds: %d abandoned calls applied via a leader, %d via a follower, %d counter increments; want some of each", late[0], late[1], increments)
+	}
 }
 
 // BenchmarkSeed measures whole seeds (1,000 client operations, faults,

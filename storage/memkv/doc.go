@@ -48,6 +48,11 @@
 // test or the simulator what really became of a transaction, which the
 // caller of Commit is not allowed to know.
 //
+// A Fault may also plant a bug: with SkipConflictCheck the commit applies
+// without its conflict check (a lost update, as when Badger dropped a
+// snapshot from its conflict-tracking set). No Rates draw it; the
+// simulator's test of that bug class sets it, and checks must then fail.
+//
 // NewRandomInjector draws faults from a seeded math/rand/v2 generator;
 // Static and InjectorFunc are for tests.
 //

@@ -86,6 +86,13 @@ type Fault struct {
 	// ApplyAfter is, for FaultUncertainAppliedLater, how long after the
 	// Commit call the held transaction is applied.
 	ApplyAfter time.Duration
+	// SkipConflictCheck plants a bug rather than a fault: the commit (now
+	// or when a held one lands) applies even if a key of its write or lock
+	// set was written or locked since its snapshot — as Badger did when
+	// it dropped a snapshot from its conflict-tracking set before checking
+	// the commit. Only on Commit; no Rates draw it. It exists so that a
+	// test can prove the simulator finds the lost updates that follow.
+	SkipConflictCheck bool
 }
 
 // Injector decides the fault of each operation. The engine calls it with

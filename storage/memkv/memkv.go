@@ -199,10 +199,10 @@ func (e *Engine) conflicts(t *Txn) bool {
 	return false
 }
 
-// apply commits t unless it conflicts, and records the outcome. Callers
-// hold e.mu.
+// apply commits t unless it conflicts (or its fault plants the bug of a
+// skipped check), and records the outcome. Callers hold e.mu.
 func (e *Engine) apply(t *Txn) error {
-	if e.conflicts(t) {
+	if !t.skipConflictCheck && e.conflicts(t) {
 		t.outcome = NotApplied
 		return fmt.Errorf("memkv: commit at snapshot %d: %w", t.snap, storage.ErrConflict)
 	}
@@ -288,10 +288,11 @@ type Txn struct {
 	closed bool
 
 	// Guarded by e.mu.
-	delay   time.Duration
-	outcome Outcome
-	applyAt time.Duration
-	seq     uint64
+	delay             time.Duration
+	outcome           Outcome
+	applyAt           time.Duration
+	seq               uint64
+	skipConflictCheck bool // Fault.SkipConflictCheck of its commit
 }
 
 type write struct {
@@ -423,6 +424,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 	}
 	f, err := e.check(Op{Kind: OpCommit, Keys: t.keys()})
 	t.delay += f.Delay
+	t.skipConflictCheck = f.SkipConflictCheck
 	if err != nil {
 		t.outcome = NotApplied
 		return err

@@ -597,3 +597,39 @@ func BenchmarkCommit(b *testing.B) {
 		}
 	}
 }
+
+// TestSkipConflictCheck is the planted bug: a commit whose fault skips the
+// conflict check lands over a newer commit of its keys (a lost update),
+// now or when held for a delayed apply; without it, first committer wins.
+func TestSkipConflictCheck(t *testing.T) {
+	tests := []struct {
+		name    string
+		commit  Fault
+		wantErr error // of the second commit
+		wantK   string
+	}{
+		{"checked: first committer wins", Fault{}, storage.ErrConflict, "first"},
+		{"skipped: the stale commit lands", Fault{SkipConflictCheck: true}, nil, "stale"},
+		{"skipped on a delayed apply: it lands over the fence", Fault{Kind: FaultUncertainAppliedLater, ApplyAfter: time.Second, SkipConflictCheck: true}, storage.ErrUncertain, "stale"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New()
+			put(t, e, "k", "orig")
+			stale := begin(t, e)
+			if err := stale.Set([]byte("k"), []byte("stale")); err != nil {
+				t.Fatal(err)
+			}
+			put(t, e, "k", "first")
+			e.SetInjector(onCommit(tc.commit))
+			if err := stale.Commit(t.Context()); !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Commit = %v; want %v", err, tc.wantErr)
+			}
+			e.SetInjector(nil)
+			e.SetNow(time.Second)
+			if got := latest(t, e, "k"); got != tc.wantK {
+				t.Errorf("k = %q; want %q", got, tc.wantK)
+			}
+		})
+	}
+}
