@@ -42,11 +42,16 @@ type latch struct {
 	work *Work
 	// mark dedups the latches a new one waits for.
 	mark uint64
-	// batch names the batch work the latch was granted in (0: alone).
-	// Latches of one batch may overlap: their requests run in order in
-	// one engine transaction.
-	batch    uint64
-	released bool
+	// batch and origin name the batch work the latch was last and first
+	// granted in (0: none). Granted latches of one batch may overlap:
+	// their requests run in order in one engine transaction; so may those
+	// of one origin while a member's outcome is still being fenced.
+	batch, origin uint64
+	released      bool
+}
+
+func (l *latch) sharesBatch(o *latch) bool {
+	return l.batch != 0 && (l.batch == o.batch || l.origin == o.origin)
 }
 
 func (l *latch) overlapsKey(k []byte) bool {
@@ -175,8 +180,8 @@ func (ls *latches) release(l *latch) []*Work {
 	}
 	var ready []*latch
 	for _, b := range l.blocks {
-		if l.batch != 0 && b.batch == l.batch {
-			continue // granted with l, waits for nothing
+		if b.waiting == 0 {
+			continue // granted, with l in its batch: waits for nothing
 		}
 		if b.waiting--; b.waiting == 0 && b.work != nil {
 			ready = append(ready, b)
@@ -217,6 +222,9 @@ func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
 	out := make([]*Work, len(group))
 	for i, l := range group {
 		l.batch = first.seq
+		if l.origin == 0 {
+			l.origin = l.batch
+		}
 		if l == first {
 			out[i] = w
 			continue
@@ -224,6 +232,29 @@ func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
 		out[i], l.work, l.waiting = l.work, nil, 0
 	}
 	return out
+}
+
+// regrant is called before a request is dealt again: were it granted in a
+// batch, the earlier requests of the batch it overlaps may be dealt again
+// too, and the retries must not race. It waits for every earlier latch it
+// overlaps that is not released (each lists it in blocks, from acquire),
+// and reports whether w may be dealt now; otherwise w waits in the latch
+// until release hands it back.
+func (ls *latches) regrant(w *Work) bool {
+	l := w.latch
+	if l == nil || l.batch == 0 {
+		return true // granted alone: every latch it waited for is gone
+	}
+	for e := range ls.live {
+		if e != l && slices.Contains(e.blocks, l) {
+			l.waiting++
+		}
+	}
+	if l.waiting > 0 {
+		l.work = w
+		return false
+	}
+	return true
 }
 
 func bySeq(a, b *latch) int { return cmp.Compare(a.seq, b.seq) }
@@ -297,7 +328,7 @@ func (ls *latches) check() error {
 	holder := map[string]*latch{}
 	for _, l := range granted {
 		for _, k := range l.keys {
-			if h := holder[string(k)]; h != nil && h != l && (l.batch == 0 || h.batch != l.batch) {
+			if h := holder[string(k)]; h != nil && h != l && !l.sharesBatch(h) {
 				return fmt.Errorf("latches %d and %d both hold %q", h.seq, l.seq, k)
 			}
 			holder[string(k)] = l
@@ -308,7 +339,7 @@ func (ls *latches) check() error {
 			continue
 		}
 		for _, o := range granted {
-			if o == r || r.batch != 0 && o.batch == r.batch {
+			if o == r || r.sharesBatch(o) {
 				continue
 			}
 			overlap := o.all

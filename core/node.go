@@ -486,7 +486,10 @@ func (n *Node) retry(w *Work) {
 		n.unlatch(w)
 		return
 	}
-	n.start(&Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch})
+	next := &Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch}
+	if n.latches.regrant(next) {
+		n.start(next)
+	}
 }
 
 // advance moves C over the contiguous prefix of final revisions, emitting
