@@ -89,6 +89,9 @@ type pageScan struct {
 }
 
 func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
+	if len(end) == 0 {
+		return p.one(rd, key, rev)
+	}
 	if len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0 {
 		return nil
 	}
@@ -169,6 +172,32 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 		if !s.counted && (p.keep < 0 || len(p.kvs) < p.keep) {
 			p.kvs = append(p.kvs, kv)
 		}
+	}
+	return nil
+}
+
+// one runs the scan of a single key as a point read: an engine that keeps
+// old versions of a record (Badger, until compaction) walks them all in a
+// scan, and a hot key has thousands.
+func (p *pageScan) one(rd Reader, key []byte, rev int64) error {
+	latest, err := readLatest(rd, key)
+	if err != nil || latest == nil {
+		return err
+	}
+	rec, err := recordAt(rd, key, latest, rev)
+	if err != nil || !rec.alive() {
+		return err
+	}
+	key = bytes.Clone(key)
+	if p.collect {
+		p.alive = append(p.alive, key)
+	}
+	p.count++
+	if p.keep != 0 {
+		if p.keysOnly {
+			rec.Value = nil
+		}
+		p.kvs = append(p.kvs, rec.keyValue(key))
 	}
 	return nil
 }
