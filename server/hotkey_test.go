@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -37,8 +36,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -126,32 +123,8 @@ func startCounter(t *testing.T, shape counterLoad) *counterRun {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	cfg := server.Config{Core: core.Config{RingSize: 1024}, MemberID: 1, ClusterID: 2, Name: "hot",
-		Exclusive: true, Logger: slog.New(slog.DiscardHandler)}
-	srv, err := server.New(cfg, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(srv.ServerOptions()...)
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			g.Stop()
-			srv.Close()
-		})
-	}
-	t.Cleanup(stop)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cfg := server.Config{Core: core.Config{RingSize: 1024}, MemberID: 1, ClusterID: 2, Name: "hot"}
+	_, cli, stop := serveEngine(t, eng, cfg)
 	return &counterRun{t: t, cli: cli, eng: eng, stop: stop, shape: shape, base: time.Now(),
 		hist: loadRun{t: t}, errs: map[string]int{}}
 }

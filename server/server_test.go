@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
+	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
 )
 
@@ -49,33 +51,49 @@ func startServerIn(t testing.TB, dir string, cfg server.Config) (*server.Server,
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { eng.Close() })
+	srv, cli, _ := serveEngine(t, eng, cfg)
+	return srv, cli
+}
+
+// serveEngine serves eng as the only instance on a port of the OS's and
+// returns a client of it, and stop, which stops the server (it runs at
+// cleanup too; the caller closes the engine).
+func serveEngine(t testing.TB, eng storage.Engine, cfg server.Config) (*server.Server, *clientv3.Client, func()) {
+	t.Helper()
 	cfg.Exclusive = true
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler) // keeps benchmark output clean
 	}
 	srv, err := server.New(cfg, eng)
 	if err != nil {
-		eng.Close()
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		srv.Close()
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			g.Stop()
+			srv.Close()
+		})
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cli.Close()
-		g.Stop()
-		srv.Close()
-		eng.Close()
+		stop()
 	})
-	return srv, cli
+	return srv, cli, stop
 }
 
 func ctxT(t *testing.T) context.Context {
