@@ -224,7 +224,7 @@ func modelRange(req *pb.RangeRequest, kvs []*mvccpb.KeyValue) *pb.RangeResponse 
 	}
 	for _, kv := range kvs {
 		if req.KeysOnly {
-			kv = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+			kv = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version} // etcd drops the lease too
 		}
 		r.Kvs = append(r.Kvs, kv)
 	}

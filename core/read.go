@@ -135,7 +135,7 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 			keys = append(keys, seen{raw: raw, kv: &mvccpb.KeyValue{}, counted: true})
 		default:
 			if p.keysOnly {
-				rec.Value = nil
+				rec.Value, rec.Lease = nil, 0
 			} else {
 				rec.Value = bytes.Clone(rec.Value)
 			}
@@ -161,7 +161,7 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 				continue
 			}
 			if p.keysOnly {
-				rec.Value = nil
+				rec.Value, rec.Lease = nil, 0
 			}
 			kv = rec.keyValue(s.raw)
 		}
@@ -195,7 +195,7 @@ func (p *pageScan) one(rd Reader, key []byte, rev int64) error {
 	p.count++
 	if p.keep != 0 {
 		if p.keysOnly {
-			rec.Value = nil
+			rec.Value, rec.Lease = nil, 0
 		}
 		p.kvs = append(p.kvs, rec.keyValue(key))
 	}
@@ -325,7 +325,8 @@ func shapeRange(req *pb.RangeRequest, kvs []*mvccpb.KeyValue) *pb.RangeResponse 
 	}
 	if req.KeysOnly {
 		for i, kv := range kvs {
-			kvs[i] = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+			// etcd drops the lease too.
+			kvs[i] = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version}
 		}
 	}
 	resp.Kvs = kvs

@@ -346,7 +346,7 @@ func (x *exec) shape(r *pb.RangeRequest, kvs []*mvccpb.KeyValue) *pb.RangeRespon
 	}
 	if r.KeysOnly {
 		for i, kv := range kvs {
-			kvs[i] = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+			kvs[i] = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version} // etcd drops the lease too
 		}
 	}
 	full := kvs

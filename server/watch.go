@@ -58,10 +58,9 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	}
 	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
 	if wr.Canceled {
+		// As etcd: a watch canceled because its start revision was
+		// compacted says so by CompactRevision alone, with no reason.
 		r.Canceled, r.CompactRevision = true, wr.CompactRevision
-		if wr.CompactRevision > 0 {
-			r.CancelReason = "mvcc: required revision has been compacted"
-		}
 		ws.forget(wr.ID)
 	}
 	ws.mu.Lock()
