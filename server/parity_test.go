@@ -85,7 +85,7 @@ var parityCases = []struct {
 			return "", err
 		}
 		out = append(out, "put a prev={"+r.PrevKv.String()+"}")
-		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(p+"a"), "=", "1")).Then(clientv3.OpPut(p+"a", "3")).Else(clientv3.OpGet(p+"b")).Commit()
+		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(p+"a"), "=", "1")).Then(clientv3.OpPut(p+"a", "3")).Else(clientv3.OpGet(p + "b")).Commit()
 		if err != nil {
 			return "", err
 		}
