@@ -55,6 +55,8 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		return evaluateFence(rd, w.Rev, w.Term)
 	case WorkElect:
 		return evaluateElect(rd, w.Elect)
+	case WorkAlarm:
+		return evaluateAlarm(w.Raise), nil
 	case WorkRequest:
 	default:
 		return nil, ErrEmptyRequest

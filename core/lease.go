@@ -161,6 +161,9 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	case n.draining:
 		n.respond(id, ErrNotLeader)
 		return
+	case n.nospace:
+		n.respond(id, ErrNoSpace)
+		return
 	case ttl > MaxLeaseTTL:
 		n.respond(id, ErrLeaseTTLTooLarge)
 		return

@@ -33,6 +33,8 @@ const (
 	WorkElect
 	// WorkRecover reads the State a new leader starts from (Recover).
 	WorkRecover
+	// WorkAlarm stores the NOSPACE alarm's state (SetNoSpace).
+	WorkAlarm
 	// WorkBatch carries requests on overlapping keys that were waiting
 	// for one another: run them in one engine transaction, each at its
 	// own revision, in order, applying each one's writes before the next
@@ -69,6 +71,8 @@ type Work struct {
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
 	From, To int64
+	// Raise is WorkAlarm's new state of the NOSPACE alarm.
+	Raise bool
 	// Batch is WorkBatch's requests, in revision order.
 	Batch []*Work
 	// latch is the request's claim on its keys, carried across attempts.
@@ -161,6 +165,8 @@ type State struct {
 	Committed int64
 	Compacted int64
 	Leases    []LeaseState
+	// NoSpace: the NOSPACE alarm is raised.
+	NoSpace bool
 }
 
 type slotState uint8
@@ -201,6 +207,10 @@ type Node struct {
 	latches   latches
 	// draining refuses new writes while leadership is handed over.
 	draining bool
+	// nospace is the NOSPACE alarm; alarming says a WorkAlarm is out,
+	// alarms are the changes asked for meanwhile.
+	nospace, alarming bool
+	alarms            []*Work
 	// compacting is the highest compact revision asked for; a second
 	// request for it or below fails, as in etcd.
 	compacting int64
@@ -219,6 +229,7 @@ func NewNode(cfg Config, st State) *Node {
 		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
 		latches:   newLatches(),
+		nospace:   st.NoSpace,
 	}
 }
 
@@ -254,6 +265,9 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	err := n.validate(req)
 	if n.draining {
 		err = ErrNotLeader
+	}
+	if err == nil && n.nospace && addsData(req) {
+		err = ErrNoSpace
 	}
 	var busy *lease
 	if err == nil {
@@ -420,6 +434,8 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 		n.reportFence(w, eff, out)
 	case WorkCompact:
 		n.reportCompact(w, out)
+	case WorkAlarm:
+		n.reportAlarm(w, out)
 	case WorkCatchUp:
 		// Only a failed read is reported this way; CatchUpDone takes
 		// the events of a successful one.
@@ -605,6 +621,8 @@ func DescribeWork(w *Work) string {
 		return fmt.Sprintf("elect %s term=%d deadline=%v", w.Elect.Next.Holder, w.Elect.Next.Term, w.Elect.Next.Deadline)
 	case WorkRecover:
 		return "recover"
+	case WorkAlarm:
+		return fmt.Sprintf("alarm nospace=%v req%d", w.Raise, w.ID)
 	case WorkBatch:
 		parts := make([]string, len(w.Batch))
 		for i, sub := range w.Batch {

@@ -29,6 +29,9 @@ func Recover(rd Reader) (State, error) {
 	if st.Leases, err = recoverLeases(rd); err != nil {
 		return State{}, err
 	}
+	if st.NoSpace, err = ReadNoSpace(rd); err != nil {
+		return State{}, err
+	}
 	return st, nil
 }
 

@@ -38,6 +38,7 @@ var coreErrors = []struct {
 	{core.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{core.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
+	{core.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 }
 
 // toGRPC turns an error into the status etcd would answer with.
@@ -135,6 +136,10 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
 	out, err := forward(k.s, ctx, func() (T, error) {
+		if err := k.s.checkSpace(ctx); err != nil {
+			var zero T
+			return zero, err
+		}
 		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
 		if err != nil {
 			var zero T

@@ -35,6 +35,9 @@ type leaseServer struct {
 
 func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseGrantResponse, error) {
+		if err := l.s.checkSpace(ctx); err != nil {
+			return nil, err
+		}
 		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Grant(id, r.ID, r.TTL) })
 		if err != nil {
 			return nil, err

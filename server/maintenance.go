@@ -29,12 +29,19 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 	term := m.s.member.Term()
 	m.s.mu.Unlock()
 	// etcdctl divides by the db size: never report 0.
-	size := int64(1)
-	if sz, ok := m.s.eng.(interface{ Size() int64 }); ok {
-		size = max(sz.Size(), 1)
+	used, err := m.s.space.used()
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	size := max(used, 1)
+	var errs []string
+	if on, err := m.s.noSpace(ctx); err != nil {
+		return nil, toGRPC(err)
+	} else if on {
+		errs = append(errs, (&pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}).String())
 	}
 	return &pb.StatusResponse{
-		DbSize: size, DbSizeInUse: size,
+		DbSize: size, DbSizeInUse: size, Errors: errs,
 		Header: m.s.header(c), Version: Version, Leader: m.s.leaderID(ctx),
 		RaftIndex: uint64(c), RaftTerm: uint64(max(term, 1)), RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
 	}, nil
@@ -44,10 +51,62 @@ func (m maintenanceServer) Defragment(context.Context, *pb.DefragmentRequest) (*
 	return &pb.DefragmentResponse{Header: m.s.header(0)}, nil
 }
 
-// Alarm answers with no alarms: Axon raises none (the engine has no
-// quota of its own). etcdctl's endpoint health asks for the list.
-func (m maintenanceServer) Alarm(_ context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	return &pb.AlarmResponse{Header: m.s.header(m.s.committed())}, nil
+// Alarm lists, raises and disarms alarms. Axon has one, NOSPACE, and it is
+// the cluster's, stored in the engine: it is listed under the member ID
+// of the instance that answers.
+func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	nospace := &pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
+	if r.Action == pb.AlarmRequest_GET {
+		on, err := m.s.noSpace(ctx)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		resp := &pb.AlarmResponse{Header: m.s.header(m.s.committed())}
+		if on && (r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE) {
+			resp.Alarms = []*pb.AlarmMember{nospace}
+		}
+		return resp, nil
+	}
+	if r.Alarm != pb.AlarmType_NOSPACE {
+		// CORRUPT is raised by etcd's own consistency checks; Axon has
+		// none that would, and a NONE alarm changes nothing.
+		return &pb.AlarmResponse{Header: m.s.header(m.s.committed())}, nil
+	}
+	raise := r.Action == pb.AlarmRequest_ACTIVATE
+	return forward(m.s, ctx, func() (*pb.AlarmResponse, error) {
+		was := false
+		m.s.step(func(n *core.Node) { was = n.NoSpace() })
+		resp, err := m.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetNoSpace(id, raise) })
+		if err != nil {
+			return nil, err
+		}
+		if !raise {
+			// Measure again at the next write: still over, raise again.
+			m.s.space.next.Store(0)
+		}
+		out := &pb.AlarmResponse{Header: m.s.header(resp.Rev)}
+		if raise || was {
+			out.Alarms = []*pb.AlarmMember{nospace}
+		}
+		return out, nil
+	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.AlarmResponse, error) {
+		return pb.NewMaintenanceClient(cc).Alarm(ctx, r)
+	})
+}
+
+// noSpace reports whether the NOSPACE alarm is raised: the leader knows,
+// other instances read it from the engine.
+func (s *Server) noSpace(ctx context.Context) (bool, error) {
+	on := false
+	if s.step(func(n *core.Node) { on = n.NoSpace() }) {
+		return on, nil
+	}
+	txn, err := s.eng.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer txn.Rollback()
+	return core.ReadNoSpace(storage.NewReader(txn))
 }
 
 // HashKV hashes the history up to a revision, for consistency checks.

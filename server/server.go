@@ -44,6 +44,9 @@ type Config struct {
 	// KeepAlive is the gRPC keepalive policy; zero fields take etcd's
 	// defaults.
 	KeepAlive KeepAlive
+	// Quota is etcd's --quota-backend-bytes and a floor of free disk
+	// space; past either the NOSPACE alarm is raised.
+	Quota Quota
 	// Leadership timing (DESIGN §9); zero values take core's defaults.
 	Lease, RenewEvery, MaxDrift, EngineDeadline time.Duration
 	// Exclusive says the engine is this instance's alone (Badger locks
@@ -110,6 +113,7 @@ type Server struct {
 
 	metrics *metrics
 	compact *compactor
+	space   *space
 	peers   *peers
 	reads   *readIndex
 	counts  counter
@@ -157,6 +161,10 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	s.mcfg = s.member.Config()
 	s.metrics = newMetrics(s)
 	s.compact = newCompactor(s)
+	s.space = &space{q: cfg.Quota}
+	if sz, ok := eng.(interface{ Size() int64 }); ok {
+		s.space.size = sz.Size
+	}
 	s.peers = newPeers(s)
 	s.reads = &readIndex{s: s}
 	s.work.Add(3)

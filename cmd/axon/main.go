@@ -55,6 +55,7 @@ type serveFlags struct {
 	pdCA, pdCert, pdKey                          string
 	leaderLease, maxClockDrift, engineDeadline   time.Duration
 	keepAlive                                    server.KeepAlive
+	quota                                        server.Quota
 }
 
 func serveCmd() *cobra.Command {
@@ -72,6 +73,8 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
+	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
 	fl.DurationVar(&f.keepAlive.Interval, "grpc-keepalive-interval", 2*time.Hour, "how often the server pings an idle connection")
 	fl.DurationVar(&f.keepAlive.Timeout, "grpc-keepalive-timeout", 20*time.Second, "how long the server waits for a ping's answer before closing the connection")
@@ -88,6 +91,16 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
 	return cmd
+}
+
+// quotaFor is the quota the flags ask for; with Badger it watches the data
+// directory.
+func (f serveFlags) quotaFor() server.Quota {
+	q := f.quota
+	if f.store == "badger" {
+		q.Dir = f.dataDir
+	}
+	return q
 }
 
 // autoCompaction parses etcd's --auto-compaction-mode and -retention.
@@ -152,7 +165,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
-		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive,
+		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(),
 	}, eng)
 	if err != nil {
 		return err
