@@ -25,6 +25,7 @@ var (
 	ErrWatcherExists     = errors.New("mvcc: watcher already exists")
 	ErrWatcherNotFound   = errors.New("mvcc: watcher not found")
 	ErrInvalidSortOption = errors.New("etcdserver: invalid sort option")
+	ErrTooManyRequests   = errors.New("etcdserver: too many requests")
 	ErrNoSpace           = errors.New("etcdserver: mvcc: database space exceeded")
 	ErrRetriesExhausted  = errors.New("core: request retried too often; engine keeps failing")
 	errLate              = errors.New("core: write is late")

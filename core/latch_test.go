@@ -230,3 +230,15 @@ func TestContentionNeverExhaustsRetries(t *testing.T) {
 func putOpLease(key, val string, lease int64) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte(val), Lease: lease}}}
 }
+
+func TestTooManyPendingRequestsAreRefused(t *testing.T) {
+	s := newScene(t, core.Config{MaxPending: 3})
+	for id := range core.RequestID(5) {
+		s.propose(id+1, putOp("hot", "v"))
+	}
+	s.expect(`work r1 req1 put "hot"="v"`, `resp req4 err="etcdserver: too many requests"`, `resp req5 err="etcdserver: too many requests"`)
+	s.settle()
+	s.out = nil
+	s.propose(6, putOp("hot", "v"))
+	s.expect(`work r4 req6 put "hot"="v"`)
+}

@@ -132,6 +132,11 @@ type Config struct {
 	MaxAttempts int
 	// CatchUpBatch bounds the revisions one catch-up read covers.
 	CatchUpBatch int
+	// MaxPending bounds the write requests admitted and not yet final
+	// (dealt or waiting in latches); past it Propose answers
+	// ErrTooManyRequests, as etcd does when its apply falls 5,000
+	// entries behind (default 10,000).
+	MaxPending int
 	// MinLeaseTTL is the smallest lease TTL granted, in seconds (etcd
 	// derives it from its election timeout; default 2).
 	MinLeaseTTL int64
@@ -151,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CatchUpBatch <= 0 {
 		c.CatchUpBatch = 1024
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 10000
 	}
 	if c.MinLeaseTTL <= 0 {
 		c.MinLeaseTTL = 2
@@ -268,6 +276,9 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	}
 	if err == nil && n.nospace && addsData(req) {
 		err = ErrNoSpace
+	}
+	if err == nil && len(n.latches.live) >= n.cfg.MaxPending {
+		err = ErrTooManyRequests
 	}
 	var busy *lease
 	if err == nil {

@@ -39,6 +39,7 @@ var coreErrors = []struct {
 	{core.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
 	{core.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+	{core.ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests},
 }
 
 // toGRPC turns an error into the status etcd would answer with.

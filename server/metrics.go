@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -167,7 +168,12 @@ func (s *Server) Metrics() http.Handler {
 // etcd's 512 KiB of slack) — to pass to grpc.NewServer.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	ka := s.cfg.KeepAlive.withDefaults()
+	streams := s.cfg.MaxConcurrentStreams
+	if streams == 0 {
+		streams = math.MaxUint32
+	}
 	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(streams),
 		grpc.ChainUnaryInterceptor(s.metrics.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),

@@ -44,6 +44,9 @@ type Config struct {
 	// KeepAlive is the gRPC keepalive policy; zero fields take etcd's
 	// defaults.
 	KeepAlive KeepAlive
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (etcd's --max-concurrent-streams; 0: no bound, as etcd).
+	MaxConcurrentStreams uint32
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
 	Quota Quota

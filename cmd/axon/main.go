@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -56,6 +57,7 @@ type serveFlags struct {
 	leaderLease, maxClockDrift, engineDeadline   time.Duration
 	keepAlive                                    server.KeepAlive
 	quota                                        server.Quota
+	maxStreams                                   uint32
 }
 
 func serveCmd() *cobra.Command {
@@ -73,6 +75,7 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
@@ -165,7 +168,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
-		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(),
+		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams,
 	}, eng)
 	if err != nil {
 		return err
