@@ -42,16 +42,23 @@ type latch struct {
 	work *Work
 	// mark dedups the latches a new one waits for.
 	mark uint64
-	// batch and origin name the batch work the latch was last and first
-	// granted in (0: none). Granted latches of one batch may overlap:
-	// their requests run in order in one engine transaction; so may those
-	// of one origin while a member's outcome is still being fenced.
-	batch, origin uint64
+	// batch names the batch work the latch was last granted in (0:
+	// none); batches lists every one. Granted latches that shared a batch
+	// may overlap: their requests run in order in one engine transaction,
+	// and after it fails one may be dealt again while another's outcome
+	// is still being fenced (the engine's conflict check orders them).
+	batch   uint64
+	batches []uint64
 	released      bool
 }
 
 func (l *latch) sharesBatch(o *latch) bool {
-	return l.batch != 0 && (l.batch == o.batch || l.origin == o.origin)
+	for _, b := range l.batches {
+		if slices.Contains(o.batches, b) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *latch) overlapsKey(k []byte) bool {
@@ -222,9 +229,7 @@ func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
 	out := make([]*Work, len(group))
 	for i, l := range group {
 		l.batch = first.seq
-		if l.origin == 0 {
-			l.origin = l.batch
-		}
+		l.batches = append(l.batches, l.batch)
 		if l == first {
 			out[i] = w
 			continue
