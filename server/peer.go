@@ -392,8 +392,8 @@ func HostPort(u string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bad URL %q: %w", u, err)
 	}
-	if p.Scheme != "http" {
-		return "", fmt.Errorf("URL %q: only http is supported so far", u)
+	if p.Scheme != "http" && p.Scheme != "https" {
+		return "", fmt.Errorf("URL %q: want http or https", u)
 	}
 	if p.Host == "" {
 		return "", fmt.Errorf("URL %q: no host:port", u)

@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
@@ -58,6 +60,7 @@ type serveFlags struct {
 	keepAlive                                    server.KeepAlive
 	quota                                        server.Quota
 	maxStreams                                   uint32
+	tls                                          tlsFlags
 }
 
 func serveCmd() *cobra.Command {
@@ -75,6 +78,10 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
+	fl.StringVar(&f.tls.certFile, "cert-file", "", "certificate of the https client listener (PEM)")
+	fl.StringVar(&f.tls.keyFile, "key-file", "", "key of --cert-file (PEM)")
+	fl.StringVar(&f.tls.trustedCA, "trusted-ca-file", "", "CA bundle that client certificates must chain to (PEM)")
+	fl.BoolVar(&f.tls.clientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
 	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
@@ -138,6 +145,19 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	var creds grpc.ServerOption
+	if strings.HasPrefix(f.listenClient, "https://") {
+		if f.store != "badger" {
+			// Followers forward to the leader at its advertised URL; they
+			// would need peer TLS, which Axon does not have yet.
+			return fmt.Errorf("https client URLs need --store badger for now (no peer TLS yet)")
+		}
+		cfg, err := f.tls.config()
+		if err != nil {
+			return err
+		}
+		creds = grpc.Creds(credentials.NewTLS(cfg))
+	}
 	ac, err := autoCompaction(f.autoCompactionMode, f.autoCompactionRetention)
 	if err != nil {
 		return err
@@ -179,7 +199,11 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(srv.ServerOptions()...)
+	opts := srv.ServerOptions()
+	if creds != nil {
+		opts = append(opts, creds)
+	}
+	g := grpc.NewServer(opts...)
 	srv.Register(g)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
