@@ -47,9 +47,9 @@ type latch struct {
 	// may overlap: their requests run in order in one engine transaction,
 	// and after it fails one may be dealt again while another's outcome
 	// is still being fenced (the engine's conflict check orders them).
-	batch   uint64
-	batches []uint64
-	released      bool
+	batch    uint64
+	batches  []uint64
+	released bool
 }
 
 func (l *latch) sharesBatch(o *latch) bool {
