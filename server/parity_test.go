@@ -132,11 +132,9 @@ func ranked(s string) string {
 	seen := map[string]int{}
 	return revField.ReplaceAllStringFunc(s, func(m string) string {
 		f := strings.SplitN(m, ":", 2)
-		key := f[0][:1] + f[1]
+		key := "r" + f[1] // a revision, or a lease ID
 		if f[0] == "lease" {
 			key = "l" + f[1]
-		} else {
-			key = "r" + f[1]
 		}
 		if _, ok := seen[key]; !ok {
 			seen[key] = len(seen) + 1
