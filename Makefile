@@ -24,7 +24,8 @@ conformance:
 # over mock TiKV) and over embedded etcd, driven by client-go (kube/).
 # The apiserver is built from the module proxy into kube/bin (about 15
 # minutes the first time, seconds when up to date); the apiserver's logs
-# and each setup's observations land in kube/_artifacts.
+# and each setup's observations land in kube/_artifacts. Not yet run by
+# .ci/run: about 1 run in 4 fails on a leader kill (see kube/README.md).
 test-kube:
 	cd kube/apiserver && $(GO) build -o ../bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 	cd kube && $(GO) vet ./... && rm -rf _artifacts && \
