@@ -121,6 +121,21 @@ func (s *scene) run(w *core.Work) {
 
 func (s *scene) runRev(rev int64) { s.t.Helper(); s.run(s.take(core.WorkRequest, rev)) }
 
+// apply evaluates w in a new engine transaction and buffers its writes
+// there, leaving the commit (and the report) to the test.
+func (s *scene) apply(w *core.Work) (storage.Txn, *core.Effects) {
+	s.t.Helper()
+	txn, err := s.eng.Begin(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	eff, err := exec.Apply(txn, w)
+	if err != nil {
+		s.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
+	}
+	return txn, eff
+}
+
 // settle runs all work, oldest first, until the node is idle.
 func (s *scene) settle() {
 	s.t.Helper()
@@ -287,14 +302,7 @@ func TestUncertainCommitIsResolvedByAFence(t *testing.T) {
 			s.collect()
 			s.out = nil
 			w := s.take(core.WorkRequest, 1)
-			txn, err := s.eng.Begin(s.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			eff, err := exec.Apply(txn, w)
-			if err != nil {
-				t.Fatal(err)
-			}
+			txn, eff := s.apply(w)
 			if tc.applied {
 				if err := txn.Commit(s.ctx); err != nil {
 					t.Fatal(err)
@@ -331,13 +339,7 @@ func TestLateWriteIsDealtAgain(t *testing.T) {
 	rival := core.NewNode(core.Config{Term: 1}, core.State{Committed: 1})
 	rival.Propose(9, putOp("a", "rival"))
 	rw := rival.Ready().Work[0]
-	txn, err := s.eng.Begin(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.Apply(txn, rw); err != nil {
-		t.Fatal(err)
-	}
+	txn, _ := s.apply(rw)
 	if err := txn.Commit(s.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -42,12 +42,11 @@ type latch struct {
 	work *Work
 	// mark dedups the latches a new one waits for.
 	mark uint64
-	// batch names the batch work the latch was last granted in (0:
-	// none); batches lists every one. Granted latches that shared a batch
-	// may overlap: their requests run in order in one engine transaction,
+	// batches names every batch work the latch was granted in (by the
+	// seq of its first latch). Granted latches that shared a batch may
+	// overlap: their requests run in order in one engine transaction,
 	// and after it fails one may be dealt again while another's outcome
 	// is still being fenced (the engine's conflict check orders them).
-	batch    uint64
 	batches  []uint64
 	released bool
 }
@@ -228,8 +227,7 @@ func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
 	slices.SortFunc(group, bySeq)
 	out := make([]*Work, len(group))
 	for i, l := range group {
-		l.batch = first.seq
-		l.batches = append(l.batches, l.batch)
+		l.batches = append(l.batches, first.seq)
 		if l == first {
 			out[i] = w
 			continue
@@ -247,7 +245,7 @@ func (ls *latches) follow(w *Work, max int, ok func(*Work) bool) []*Work {
 // until release hands it back.
 func (ls *latches) regrant(w *Work) bool {
 	l := w.latch
-	if l == nil || l.batch == 0 {
+	if l == nil || len(l.batches) == 0 {
 		return true // granted alone: every latch it waited for is gone
 	}
 	for e := range ls.live {

@@ -8,7 +8,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // casOp is Kubernetes' update: if key's mod revision is modRev, put val.
@@ -84,14 +83,7 @@ func TestUncertainOutcomeHoldsTheLatchUntilFenced(t *testing.T) {
 	// Definitely not applied: dealt again at once, still ahead of req2.
 	s.expect("fence r1 req1 attempt=0", `work r2 req1 put "a"="1" attempt=1`)
 	w := s.take(core.WorkRequest, 2)
-	txn, err := s.eng.Begin(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eff, err := exec.Apply(txn, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	txn, eff := s.apply(w)
 	if err := txn.Commit(s.ctx); err != nil {
 		t.Fatal(err)
 	}
