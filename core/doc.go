@@ -23,9 +23,31 @@
 // again. Keys a request only reads are touched too (written back), so a
 // delayed earlier revision cannot slip a write under a later read. Work
 // that reads or deletes a key range is serial: it is handed out only when
-// every earlier revision is final. Responses are released only when the
-// commit point C has passed their revision; the header revision of a
-// write is its own revision, of a read C.
+// every revision dealt before it is final. Responses are released only
+// when the commit point C has passed their revision; the header revision
+// of a write is its own revision, of a read C.
+//
+// # Revisions only for changes
+//
+// As in etcd, the revision moves only when a key changes: kube-apiserver's
+// watch cache answers 410 Gone to a watch that resumes across a revision
+// it never saw an event for. So a request is dealt its revision only once
+// it is known to change keys. A plain put surely does and is dealt when it
+// is handed out; any other request (a txn, a delete, a lease grant or
+// revoke) goes out undealt. The driver evaluates it in its engine
+// transaction; if it changes keys, the driver calls Deal, which gives it
+// the next revision, and evaluates it again there (reads come from the
+// first pass). If it changes nothing (a failed compare, a delete of a
+// missing key, a put etcd refuses, a grant, a revoke of a lease without
+// keys) it is never dealt: it writes at most a lease record, and its
+// answer is a read at the newest revision dealt when it is reported (in a
+// WorkBatch, the revision below the next request of the batch that was
+// dealt), released once C reaches it. Its keys stay latched until then,
+// so no write to them falls between its read and that revision. Dealing
+// after the read keeps the order: every write a read saw was dealt
+// before it. A revision is still spent on a fenced attempt (an engine
+// conflict or an uncertain commit that did not land): those are rare
+// and happen only under engine faults.
 //
 // # Contention
 //
@@ -52,7 +74,8 @@
 //  3. Call Ready and act on every output:
 //     - Work: for WorkRequest, WorkBatch, WorkFence and WorkCompact,
 //     begin an engine transaction, evaluate the work against it
-//     (Evaluate, or CompactWrites; for WorkBatch each request in order,
+//     (Evaluate, or CompactWrites; undealt work twice, with Deal between
+//     when Effects.NeedsRevision; for WorkBatch each request in order,
 //     applying its writes before evaluating the next, with the effects in
 //     Effects.Batch — storage/exec.Apply does all of this), apply
 //     Effects.Writes, commit unless Effects.Late, and Report the work with

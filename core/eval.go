@@ -61,15 +61,24 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	default:
 		return nil, ErrEmptyRequest
 	}
-	// A revision record already there is another leader's write at this
-	// revision: never overwrite it (reading it also puts it in the
-	// engine's conflict set).
-	if _, taken, err := rd.Get(RevisionKey(w.Rev)); err != nil {
+	undealt := w.Rev == 0
+	rev := w.Rev
+	if undealt {
+		// Above every revision: the evaluation only says whether the
+		// request changes keys, and answers it if it does not.
+		rev = probeRev
+	} else if _, taken, err := rd.Get(RevisionKey(w.Rev)); err != nil {
 		return nil, err
 	} else if taken {
+		// A revision record already there is another leader's write at
+		// this revision: never overwrite it (reading it also puts it in
+		// the engine's conflict set).
 		return &Effects{Late: true}, nil
 	}
-	tx := &txnEval{rd: rd, rev: w.Rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
+	tx := &txnEval{rd: rd, rev: rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
+	if undealt {
+		tx.seen = w.seen
+	}
 	var (
 		resp *pb.ResponseOp
 		err  error
@@ -82,6 +91,8 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	switch {
 	case errors.Is(err, errLate):
 		return &Effects{Late: true}, nil
+	case isRequestError(err) && undealt:
+		return &Effects{Err: err}, nil
 	case isRequestError(err):
 		// The failure may rest on what the work read: keep the touches so
 		// the answer stays ordered, drop everything else.
@@ -89,9 +100,24 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		return &Effects{Err: err, Writes: tx.writes()}, nil
 	case err != nil:
 		return nil, err
+	case undealt && len(tx.events) > 0:
+		// It changes keys: the driver deals it a revision (Node.Deal)
+		// and evaluates it again there.
+		return &Effects{Events: tx.events}, nil
+	case undealt:
+		// It changes no key: no revision, no touches; only a lease
+		// record, if any, is written.
+		return &Effects{Writes: tx.extra, Response: resp}, nil
 	}
 	return &Effects{Writes: tx.writes(), Events: tx.events, Response: resp}, nil
 }
+
+// probeRev is the revision undealt work is evaluated at: above any dealt.
+const probeRev = 1<<62 - 1
+
+// NeedsRevision reports whether undealt work's effects change keys, so
+// that it must be dealt a revision and evaluated again (Node.Deal).
+func (e *Effects) NeedsRevision() bool { return len(e.Events) > 0 && e.Events[0].Rev == probeRev }
 
 // isRequestError tells errors the client caused from engine failures.
 func isRequestError(err error) bool {
@@ -133,6 +159,7 @@ type entry struct {
 type txnEval struct {
 	rd                   Reader
 	rev, term            int64
+	seen                 int64 // undealt work: the newest touch it may meet (Work.seen)
 	serial               bool
 	committed, compacted int64
 	cache                map[string]*entry
@@ -151,7 +178,7 @@ func (tx *txnEval) get(key []byte) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec != nil && rec.Touch >= tx.rev {
+	if rec != nil && (rec.Touch >= tx.rev || tx.seen > 0 && rec.Touch > tx.seen) {
 		return nil, errLate
 	}
 	e := &entry{key: bytes.Clone(key), orig: rec}

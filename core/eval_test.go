@@ -115,11 +115,58 @@ func (s *scene) run(w *core.Work) {
 		s.node.CatchUpDone(w, evs, last, err)
 		return
 	}
-	eff, out := exec.Run(s.ctx, s.eng, w)
+	eff, out := exec.Run(s.ctx, s.eng, w, s.node)
 	s.node.Report(w, eff, out)
 }
 
 func (s *scene) runRev(rev int64) { s.t.Helper(); s.run(s.take(core.WorkRequest, rev)) }
+
+// takeReq removes the handed-out work of request id, dealt or not: the
+// WorkRequest of that request, or the WorkBatch holding it. Exactly one
+// handed-out item may match.
+func (s *scene) takeReq(id core.RequestID) *core.Work {
+	s.t.Helper()
+	found := -1
+	for i, w := range s.work {
+		match := w.Kind == core.WorkRequest && w.ID == id
+		if w.Kind == core.WorkBatch {
+			for _, sub := range w.Batch {
+				match = match || sub.ID == id
+			}
+		}
+		if !match {
+			continue
+		}
+		if found >= 0 {
+			s.t.Fatalf("two handed-out work items for req%d: %s and %s", id, core.DescribeWork(s.work[found]), core.DescribeWork(w))
+		}
+		found = i
+	}
+	if found < 0 {
+		s.t.Fatalf("no work for req%d among %d", id, len(s.work))
+	}
+	w := s.work[found]
+	s.work = slices.Delete(s.work, found, found+1)
+	return w
+}
+
+// resp returns the one response released to request id.
+func (s *scene) resp(id core.RequestID) core.Response {
+	s.t.Helper()
+	var found []core.Response
+	for _, r := range s.resps {
+		if r.ID == id {
+			found = append(found, r)
+		}
+	}
+	if len(found) != 1 {
+		s.t.Fatalf("%d responses to req%d, want one", len(found), id)
+	}
+	return found[0]
+}
+
+// runReq runs the handed-out work of request id (see takeReq).
+func (s *scene) runReq(id core.RequestID) { s.t.Helper(); s.run(s.takeReq(id)) }
 
 // apply evaluates w in a new engine transaction and buffers its writes
 // there, leaving the commit (and the report) to the test.
@@ -129,7 +176,7 @@ func (s *scene) apply(w *core.Work) (storage.Txn, *core.Effects) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	eff, err := exec.Apply(txn, w)
+	eff, err := exec.Apply(txn, w, s.node)
 	if err != nil {
 		s.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
 	}
@@ -215,10 +262,14 @@ func TestTxn(t *testing.T) {
 		name      string
 		value     string // compared against a's value "1"
 		succeeded bool
+		rev       int64  // the store's revision after the txn: its header
+		resp      string // the txn's described response
 		want      string // rendered responses of the branch taken
 	}{
-		{"a failing compare returns the else branch range", "2", false, "range[a=1@1/1/v1]"},
-		{"a succeeding compare runs the then branch put", "1", true, "put"},
+		// The else branch only reads: the txn changes nothing, so as in
+		// etcd it takes no revision and is answered at the store's, r1.
+		{"a failing compare returns the else branch range and takes no revision", "2", false, 1, "resp req2 at r1", "range[a=1@1/1/v1]@1"},
+		{"a succeeding compare runs the then branch put at its own revision", "1", true, 2, "resp req2 r2", "put@2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,26 +281,35 @@ func TestTxn(t *testing.T) {
 				Success: []*pb.RequestOp{putOp("a", "3")},
 				Failure: []*pb.RequestOp{rangeOp("a", "")},
 			}
-			s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
 			s.out = nil
-			s.settle()
+			s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
+			s.expect("work req2 txn cmp=1 then=1 else=1")
+			s.runReq(2)
+			s.expect(tc.resp)
 			r := s.resps[len(s.resps)-1]
 			tr := r.Response.GetResponseTxn()
-			if r.Err != nil || r.Rev != 2 || tr.Succeeded != tc.succeeded || tr.Header.Revision != 2 {
-				t.Fatalf("response %s: %v", core.DescribeResponse(r), tr)
+			if r.Err != nil || r.Rev != tc.rev || r.Wrote != tc.succeeded || tr.Succeeded != tc.succeeded || tr.Header.Revision != tc.rev {
+				t.Fatalf("response %s (wrote=%v): %v", core.DescribeResponse(r), r.Wrote, tr)
+			}
+			if s.node.Committed() != tc.rev {
+				t.Fatalf("C=%d after the txn, want r%d", s.node.Committed(), tc.rev)
 			}
 			var parts []string
 			for _, op := range tr.Responses {
 				switch {
 				case op.GetResponseRange() != nil:
-					parts = append(parts, "range["+kvs(op.GetResponseRange().Kvs)+"]")
+					parts = append(parts, fmt.Sprintf("range[%s]@%d", kvs(op.GetResponseRange().Kvs), op.GetResponseRange().Header.Revision))
 				case op.GetResponsePut() != nil:
-					parts = append(parts, "put")
+					parts = append(parts, fmt.Sprintf("put@%d", op.GetResponsePut().Header.Revision))
 				}
 			}
 			if got := strings.Join(parts, " "); got != tc.want {
 				t.Fatalf("branch responses %q, want %q", got, tc.want)
 			}
+			// The next write takes the revision after the store's: a
+			// failed compare left no gap.
+			s.propose(3, putOp("b", "3"))
+			s.expect(fmt.Sprintf(`work r%d req3 put "b"="3"`, tc.rev+1))
 		})
 	}
 }
@@ -273,8 +333,11 @@ func TestNestedTxnAndRangeCompare(t *testing.T) {
 	}
 	s.out = nil
 	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: outer}})
-	s.expect(`work r3 req3 txn cmp=1 then=2 else=0 serial`)
-	s.settle()
+	// A txn may change nothing: it goes out undealt, and is dealt r3
+	// only once its evaluation shows it writes c.
+	s.expect(`work req3 txn cmp=1 then=2 else=0 serial`)
+	s.runReq(3)
+	s.expect("resp req3 r3")
 	tr := s.resps[len(s.resps)-1].Response.GetResponseTxn()
 	nested := tr.GetResponses()[1].GetResponseTxn()
 	if !tr.Succeeded || nested.Succeeded {
@@ -283,6 +346,160 @@ func TestNestedTxnAndRangeCompare(t *testing.T) {
 	// The range sees the txn's own put of c.
 	if got := kvs(nested.Responses[0].GetResponseRange().Kvs); got != "c=3@3/3/v1 b=2@2/2/v1 a=1@1/1/v1" {
 		t.Fatalf("nested range: %s", got)
+	}
+}
+
+// revisionRecords lists the revisions with a revision record in the
+// engine: the revisions something was written at.
+func (s *scene) revisionRecords() []int64 {
+	s.t.Helper()
+	txn, err := s.eng.Begin(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer txn.Rollback()
+	var revs []int64
+	for rev := int64(0); rev <= s.node.Committed()+8; rev++ {
+		if _, found, err := storage.NewReader(txn).Get(core.RevisionKey(rev)); err != nil {
+			s.t.Fatal(err)
+		} else if found {
+			revs = append(revs, rev)
+		}
+	}
+	if n := s.countKeys(core.RevisionKey(0)[:5]); n != len(revs) {
+		s.t.Fatalf("%d revision records, %d of them at r0..r%d", n, len(revs), s.node.Committed()+8)
+	}
+	return revs
+}
+
+// TestRequestsThatChangeNothingTakeNoRevision: as in etcd, the store's
+// revision moves only when a key changes. A txn whose compare fails and
+// whose else branch only reads, a delete of a missing key, a put with
+// ignore_value on a missing key and a lease grant all go out undealt,
+// write no revision record and are answered at the store's revision.
+func TestRequestsThatChangeNothingTakeNoRevision(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("b", "2"))
+	s.settle()
+	s.out = nil
+	if got := s.revisionRecords(); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("revision records %v after two puts, want r1 r2", got)
+	}
+	s.propose(3, casOp("a", 7, "3"))
+	s.propose(4, delOp("missing"))
+	s.propose(5, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("gone"), IgnoreValue: true}}})
+	s.node.Grant(6, 0, 10)
+	s.expect(
+		"work req3 txn cmp=1 then=1 else=1",
+		`work req4 delete "missing"..""`,
+		`work req5 put "gone"=""`,
+		"work req6 grant lease1 ttl=10",
+	)
+	// Each is answered as soon as it is reported: C is already at r2, the
+	// revision it read. In any order.
+	s.runReq(6)
+	s.expect("resp req6 at r2")
+	s.runReq(5)
+	s.expect(`resp req5 err="etcdserver: key not found"`)
+	s.runReq(4)
+	s.expect("resp req4 at r2")
+	s.runReq(3)
+	s.expect("resp req3 at r2")
+	if s.node.Committed() != 2 || s.node.InFlight() != 0 {
+		t.Fatalf("C=%d inflight=%d, want r2 and none", s.node.Committed(), s.node.InFlight())
+	}
+	if got := s.revisionRecords(); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("revision records %v, want r1 r2 only", got)
+	}
+	for id := core.RequestID(3); id <= 6; id++ {
+		if r := s.resp(id); r.Wrote || r.Rev != 2 {
+			t.Fatalf("req%d: wrote=%v at r%d, want an answer at r2", id, r.Wrote, r.Rev)
+		}
+	}
+	tr := s.resp(3).Response.GetResponseTxn()
+	rr := tr.Responses[0].GetResponseRange()
+	if tr.Succeeded || tr.Header.Revision != 2 || rr.Header.Revision != 2 || kvs(rr.Kvs) != "a=1@1/1/v1" {
+		t.Fatalf("failed compare: %v", tr)
+	}
+	if dr := s.resp(4).Response.GetResponseDeleteRange(); dr.Deleted != 0 || dr.Header.Revision != 2 {
+		t.Fatalf("delete of a missing key: %v", dr)
+	}
+	if r := s.resp(6); r.Err != nil || r.Lease != 1 || r.LeaseTTL != 10 {
+		t.Fatalf("grant: %+v", r)
+	}
+	// The grant still stored its lease: a new leader knows it.
+	if st, err := exec.Recover(s.ctx, s.eng); err != nil || len(st.Leases) != 1 || st.Leases[0].ID != 1 || st.Committed != 2 {
+		t.Fatalf("recovered %+v, %v; want lease 1 at r2", st, err)
+	}
+	// No gap: the next write is r3, and a watch from r3 starts there.
+	if err := s.node.AddWatch(core.Watch{ID: 1, Key: []byte("a"), StartRev: 3}); err != nil {
+		t.Fatal(err)
+	}
+	s.propose(7, putOp("a", "7"))
+	s.expect(`work r3 req7 put "a"="7"`)
+	s.runReq(7)
+	s.expect("resp req7 r3", `watch1 r3 [PUT "a"]`)
+}
+
+// TestAnswerThatWroteNothingWaitsForC: a request that changes nothing is
+// answered at the newest revision dealt when it is reported, so its
+// header covers every write dealt before it; it is released only once C
+// reaches that revision, or a client could read below its own header.
+func TestAnswerThatWroteNothingWaitsForC(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.settle()
+	s.out = nil
+	s.propose(2, putOp("b", "2"))
+	s.propose(3, casOp("a", 7, "3"))
+	s.expect(`work r2 req2 put "b"="2"`, "work req3 txn cmp=1 then=1 else=1")
+	// The CAS fails: it takes no revision, but r2 was dealt before it.
+	s.runReq(3)
+	s.expect()
+	if s.node.Committed() != 1 || s.node.InFlight() != 2 {
+		t.Fatalf("C=%d inflight=%d, want r1 and the put plus the waiting answer", s.node.Committed(), s.node.InFlight())
+	}
+	s.runReq(2)
+	s.expect("resp req2 r2", "resp req3 at r2")
+	tr := s.resp(3).Response.GetResponseTxn()
+	if rr := tr.Responses[0].GetResponseRange(); tr.Succeeded || tr.Header.Revision != 2 || rr.Header.Revision != 2 || kvs(rr.Kvs) != "a=1@1/1/v1" {
+		t.Fatalf("failed CAS: %v", tr)
+	}
+	if s.node.Committed() != 2 {
+		t.Fatalf("C=%d, want r2", s.node.Committed())
+	}
+}
+
+// TestBatchAnswersAreReadBetweenItsWrites: in one batch on a key, a
+// request that writes nothing is answered at the revision below the next
+// request of the batch that was dealt: it saw the writes before it and
+// none after.
+func TestBatchAnswersAreReadBetweenItsWrites(t *testing.T) {
+	s := newScene(t, core.Config{})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, casOp("a", 7, "2"))
+	s.propose(3, putOp("a", "3"))
+	s.propose(4, casOp("a", 7, "4"))
+	s.expect(`work r1 req1 put "a"="1"`)
+	s.runReq(1)
+	s.expect("batch [work req2 txn cmp=1 then=1 else=1; work req3 put \"a\"=\"3\"; work req4 txn cmp=1 then=1 else=1]", "resp req1 r1")
+	s.runReq(2)
+	s.expect("resp req2 at r1", "resp req3 r2", "resp req4 at r2")
+	for _, c := range []struct {
+		id  core.RequestID
+		rev int64
+		a   string
+	}{{2, 1, "a=1@1/1/v1"}, {4, 2, "a=3@2/1/v2"}} {
+		r := s.resp(c.id)
+		tr := r.Response.GetResponseTxn()
+		rr := tr.Responses[0].GetResponseRange()
+		if r.Wrote || r.Rev != c.rev || tr.Succeeded || tr.Header.Revision != c.rev || rr.Header.Revision != c.rev || kvs(rr.Kvs) != c.a {
+			t.Fatalf("req%d: %s %v, want a failed compare reading %s at r%d", c.id, core.DescribeResponse(r), tr, c.a, c.rev)
+		}
+	}
+	if got := s.revisionRecords(); s.node.Committed() != 2 || !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("C=%d revision records %v, want r2 and r1 r2", s.node.Committed(), got)
 	}
 }
 
@@ -388,8 +605,10 @@ func TestRangedDeleteWaitsForEarlierRevisions(t *testing.T) {
 	s.runRev(3)
 	s.expect()
 	s.runRev(1)
-	s.expect(`work r4 req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2", "resp req4 r3")
-	s.runRev(4)
+	// Serial, it goes out once r1..r3 are final; undealt, as a delete may
+	// find nothing. It finds a and b, so it is dealt the next revision.
+	s.expect(`work req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2", "resp req4 r3")
+	s.runReq(3)
 	s.expect("resp req3 r4")
 	dr := s.resps[3].Response.GetResponseDeleteRange()
 	if dr.Deleted != 2 || kvs(dr.PrevKvs) != "a=1@1/1/v1 b=2@2/2/v1" {
@@ -433,7 +652,7 @@ func TestReadsAtARevision(t *testing.T) {
 	t.Run("compaction answers in order", func(t *testing.T) {
 		want := []string{
 			`resp req10 err="mvcc: required revision is a future revision"`,
-			"resp req11 r3",
+			"resp req11 at r3", // compaction changes no key: answered at C
 			`resp req12 err="mvcc: required revision has been compacted"`,
 		}
 		var got []string
@@ -444,13 +663,14 @@ func TestReadsAtARevision(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	})
-	t.Run("a txn reading a future revision gets the error at its revision", func(t *testing.T) {
+	t.Run("a txn reading a future revision gets the error at the current revision", func(t *testing.T) {
 		txn := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 99}}}}}
 		s.propose(20, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
 		s.settle()
 		r := s.resps[len(s.resps)-1]
-		if r.ID != 20 || !errors.Is(r.Err, core.ErrFutureRev) || r.Rev != 4 {
-			t.Fatalf("got %s at r%d", core.DescribeResponse(r), r.Rev)
+		// The error changes nothing: it takes no revision, as in etcd.
+		if r.ID != 20 || !errors.Is(r.Err, core.ErrFutureRev) || r.Rev != 3 || r.Wrote || s.node.Committed() != 3 {
+			t.Fatalf("got %s at r%d (wrote=%v), C=%d", core.DescribeResponse(r), r.Rev, r.Wrote, s.node.Committed())
 		}
 	})
 	t.Run("a txn reading an old revision sees that version", func(t *testing.T) {
@@ -458,9 +678,11 @@ func TestReadsAtARevision(t *testing.T) {
 		s.propose(21, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}})
 		s.settle()
 		r := s.resps[len(s.resps)-1]
-		got := r.Response.GetResponseTxn().Responses[0].GetResponseRange()
-		if r.Err != nil || kvs(got.Kvs) != "a=2@2/1/v2" {
-			t.Fatalf("got %s: %v", core.DescribeResponse(r), got)
+		tr := r.Response.GetResponseTxn()
+		got := tr.Responses[0].GetResponseRange()
+		// A read-only txn is a read at the current revision, r3.
+		if r.Err != nil || kvs(got.Kvs) != "a=2@2/1/v2" || r.Rev != 3 || r.Wrote || tr.Header.Revision != 3 || got.Header.Revision != 3 || s.node.Committed() != 3 {
+			t.Fatalf("got %s: %v", core.DescribeResponse(r), tr)
 		}
 	})
 }
@@ -563,19 +785,27 @@ func TestProposeOfANilRequestMessageIsRefused(t *testing.T) {
 func TestPutWithIgnoreValueNeedsAnExistingKey(t *testing.T) {
 	s := newScene(t, core.Config{})
 	s.propose(1, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), IgnoreValue: true}}})
-	s.settle()
+	// It may be refused, so it goes out undealt; refused, it takes no
+	// revision (etcd's store revision does not move on the error).
+	s.expect(`work req1 put "a"=""`)
+	s.runReq(1)
+	s.expect(`resp req1 err="etcdserver: key not found"`)
+	if r := s.resps[0]; r.Wrote || r.Rev != 0 || s.node.Committed() != 0 {
+		t.Fatalf("refused put: wrote=%v at r%d, C=%d; want no revision taken", r.Wrote, r.Rev, s.node.Committed())
+	}
 	s.propose(2, putOp("a", "keep"))
 	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), IgnoreValue: true, PrevKv: true}}})
-	s.settle()
-	if got := core.DescribeResponse(s.resps[0]); got != `resp req1 err="etcdserver: key not found"` {
-		t.Fatalf("first response: %s", got)
-	}
+	s.expect(`work r1 req2 put "a"="keep"`)
+	s.runRev(1)
+	s.expect(`work req3 put "a"=""`, "resp req2 r1")
+	s.runReq(3)
+	s.expect("resp req3 r2")
 	pr := s.resps[2].Response.GetResponsePut()
-	if kvs([]*mvccpb.KeyValue{pr.PrevKv}) != "a=keep@2/2/v1" {
+	if kvs([]*mvccpb.KeyValue{pr.PrevKv}) != "a=keep@1/1/v1" {
 		t.Fatalf("prev kv: %v", pr.PrevKv)
 	}
 	got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("a")})
-	if kvs(got.Kvs) != "a=keep@3/2/v2" {
+	if kvs(got.Kvs) != "a=keep@2/1/v2" {
 		t.Fatalf("after ignore_value put: %s", kvs(got.Kvs))
 	}
 }
@@ -689,7 +919,7 @@ func TestWatch(t *testing.T) {
 		s.node.Compact(9, 3)
 		s.expect("compact r3 req9")
 		s.run(s.take(core.WorkCompact, 3))
-		s.expect("resp req9 r3", "watch5 canceled compact=3")
+		s.expect("resp req9 at r3", "watch5 canceled compact=3")
 		// The read that was out is dropped.
 		s.run(w)
 		s.expect()
@@ -783,12 +1013,16 @@ func TestLeases(t *testing.T) {
 	s := newScene(t, core.Config{})
 	s.node.Tick(0)
 	s.node.Grant(1, 0, 10)
-	s.expect("work r1 req1 grant lease1 ttl=10")
+	// A grant changes no key: it goes out undealt and takes no revision,
+	// as in etcd; the node picks lease IDs from its own count (term 0).
+	s.expect("work req1 grant lease1 ttl=10")
 	s.settle()
-	if got := s.resps[0]; got.Lease != 1 || got.LeaseTTL != 10 || got.Err != nil {
-		t.Fatalf("grant response %+v", got)
+	if got := s.resps[0]; got.Lease != 1 || got.LeaseTTL != 10 || got.Err != nil || got.Wrote || got.Rev != 0 || s.node.Committed() != 0 {
+		t.Fatalf("grant response %+v, C=%d", got, s.node.Committed())
 	}
+	s.out = nil
 	s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), Value: []byte("v"), Lease: 1}}})
+	s.expect(`work r1 req2 put "k"="v"`)
 	s.settle()
 	info, err := s.node.TimeToLive(1, 4*time.Second)
 	if err != nil || info.GrantedTTL != 10 || info.Remaining != 6*time.Second || len(info.Keys) != 1 || string(info.Keys[0]) != "k" {
@@ -811,8 +1045,9 @@ func TestLeases(t *testing.T) {
 	s.out = nil
 	// Expiry revokes the lease and deletes its key in one revision.
 	s.node.Tick(15 * time.Second)
-	s.expect("work r3 req0 revoke lease1 keys=1 serial")
-	s.settle()
+	s.expect("work req0 revoke lease1 keys=1 serial")
+	s.runReq(0)
+	s.expect("resp req0 r2")
 	if got, _ := s.rangeAt(&pb.RangeRequest{Key: []byte("k")}); len(got.Kvs) != 0 {
 		t.Fatalf("key of the revoked lease survived: %s", kvs(got.Kvs))
 	}
@@ -823,11 +1058,11 @@ func TestLeases(t *testing.T) {
 		s := newScene(t, core.Config{MaxAttempts: 1})
 		s.node.Grant(1, 5, 1)
 		s.collect()
-		s.node.Report(s.take(core.WorkRequest, 1), nil, core.NotApplied)
-		s.collect()
 		s.out = nil
+		s.node.Report(s.takeReq(1), nil, core.NotApplied)
+		s.expect(`resp req1 err="core: request retried too often; engine keeps failing"`)
 		s.node.Grant(2, 5, 1)
-		s.expect("work r2 req2 grant lease5 ttl=2")
+		s.expect("work req2 grant lease5 ttl=2")
 	})
 	t.Run("grant and revoke refuse bad ids and ttls", func(t *testing.T) {
 		s := newScene(t, core.Config{})
@@ -852,7 +1087,8 @@ func TestDescribeIsStable(t *testing.T) {
 	}{
 		{"a put request", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 4, ID: 2, Request: putOp("a", "b")}), `work r4 req2 put "a"="b"`},
 		{"a retried serial delete", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 5, ID: 3, Serial: true, Attempt: 2, Request: &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("b")}}}}), `work r5 req3 delete "a".."b" serial attempt=2`},
-		{"a lease grant", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 1, ID: 1, Lease: &core.LeaseOp{ID: 9, TTL: 5}}), "work r1 req1 grant lease9 ttl=5"},
+		{"an undealt txn", core.DescribeWork(&core.Work{Kind: core.WorkRequest, ID: 2, Request: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "b")}}}}}), "work req2 txn cmp=0 then=1 else=0"},
+		{"a lease grant", core.DescribeWork(&core.Work{Kind: core.WorkRequest, ID: 1, Lease: &core.LeaseOp{ID: 9, TTL: 5}}), "work req1 grant lease9 ttl=5"},
 		{"a lease revoke", core.DescribeWork(&core.Work{Kind: core.WorkRequest, Rev: 1, Lease: &core.LeaseOp{Revoke: true, ID: 9, Keys: [][]byte{[]byte("a")}}}), "work r1 req0 revoke lease9 keys=1"},
 		{"a fence", core.DescribeWork(&core.Work{Kind: core.WorkFence, Rev: 7, ID: 1, Attempt: 1}), "fence r7 req1 attempt=1"},
 		{"a compaction", core.DescribeWork(&core.Work{Kind: core.WorkCompact, Rev: 7, ID: 1}), "compact r7 req1"},
@@ -866,7 +1102,8 @@ func TestDescribeIsStable(t *testing.T) {
 		{"an empty request", core.DescribeRequest(&pb.RequestOp{}), "empty"},
 		{"a put event", core.DescribeEvent(core.Event{Rev: 4, Event: put}), `r4 put "k"="v" v2 c3`},
 		{"a delete event with a binary key", core.DescribeEvent(core.Event{Rev: 5, Event: del}), `r5 delete "k\x00"`},
-		{"a response", core.DescribeResponse(core.Response{ID: 3, Rev: 8}), "resp req3 r8"},
+		{"a write's response", core.DescribeResponse(core.Response{ID: 3, Rev: 8, Wrote: true}), "resp req3 r8"},
+		{"a response that wrote nothing", core.DescribeResponse(core.Response{ID: 3, Rev: 8}), "resp req3 at r8"},
 		{"an error response", core.DescribeResponse(core.Response{ID: 3, Err: core.ErrCompacted}), `resp req3 err="mvcc: required revision has been compacted"`},
 		{"a watch response with events", core.DescribeWatchResponse(core.WatchResponse{ID: 2, Revision: 5, Events: []*mvccpb.Event{put, del}}), `watch2 r5 [PUT "k"] [DELETE "k\x00"]`},
 		{"a canceled watch", core.DescribeWatchResponse(core.WatchResponse{ID: 2, Canceled: true, CompactRevision: 4}), "watch2 canceled compact=4"},
@@ -925,7 +1162,7 @@ func (mb *member) step(now time.Duration) {
 				mb.m.Recovered(st, err)
 				continue
 			}
-			eff, out := exec.Run(mb.ctx, mb.eng, w)
+			eff, out := exec.Run(mb.ctx, mb.eng, w, mb.m)
 			mb.m.Report(w, eff, out)
 		}
 	}
@@ -1115,5 +1352,31 @@ func TestExclusiveMember(t *testing.T) {
 	mb.step(10 * time.Second)
 	if mb.m.Role() != core.Leader {
 		t.Fatalf("an exclusive leader stepped down when a renewal was late: %s", core.DescribeMember(mb.m))
+	}
+}
+
+// TestUndealtWorkSeesAnotherLeadersWriteAsLate: a request that changes
+// nothing is answered without a revision of its own, so it needs the
+// lateness check too. Here another leader (the safety assumptions broken)
+// writes a key this node believes it owns; a failed compare on that key
+// must not be answered with data newer than its header revision.
+func TestUndealtWorkSeesAnotherLeadersWriteAsLate(t *testing.T) {
+	s := newScene(t, core.Config{MaxAttempts: 3})
+	s.propose(1, putOp("a", "1"))
+	s.propose(2, putOp("b", "1"))
+	s.settle()
+	rival := core.NewNode(core.Config{Term: 1}, core.State{Committed: 2})
+	rival.Propose(9, putOp("a", "rival"))
+	txn, _ := s.apply(rival.Ready().Work[0])
+	if err := txn.Commit(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.collect()
+	s.out = nil
+	s.propose(3, casOp("a", 1, "2"))
+	s.settle()
+	r := s.resp(3)
+	if r.Err != core.ErrRetriesExhausted {
+		t.Fatalf("answer %s %v: want the request to give up, late each time", core.DescribeResponse(r), r.Response)
 	}
 }

@@ -22,12 +22,25 @@ func (n *Node) Invariants() error {
 	if int64(len(n.slots)) != n.next-1-n.committed {
 		return fmt.Errorf("%d slots for revisions (%d, %d)", len(n.slots), n.committed, n.next)
 	}
-	for i, rev := range n.held {
-		if s := n.slots[rev]; s == nil || s.state != slotHeld {
-			return fmt.Errorf("held r%d has no held slot", rev)
+	for i, w := range n.held {
+		if w.Rev != 0 || w.after <= n.committed {
+			return fmt.Errorf("held %s could go (after r%d, C=%d)", DescribeWork(w), w.after, n.committed)
 		}
-		if i > 0 && n.held[i-1] >= rev {
-			return fmt.Errorf("held revisions out of order")
+		if i > 0 && n.held[i-1].after > w.after {
+			return fmt.Errorf("held work out of order")
+		}
+	}
+	for w := range n.out {
+		if w.Rev != 0 || w.Term != n.cfg.Term {
+			return fmt.Errorf("undealt %s has a revision or another term", DescribeWork(w))
+		}
+		if latchedWork(w) && (w.latch == nil || w.latch.released || w.latch.work != nil) {
+			return fmt.Errorf("%s handed out without a granted latch", DescribeWork(w))
+		}
+	}
+	for i, r := range n.answers {
+		if r.Rev <= n.committed || r.Rev >= n.next || (i > 0 && n.answers[i-1].Rev > r.Rev) {
+			return fmt.Errorf("answer to req%d waits for r%d (C=%d, next=%d)", r.ID, r.Rev, n.committed, n.next)
 		}
 	}
 	if n.ring.First() > n.committed+1 {
@@ -43,8 +56,7 @@ func (n *Node) Invariants() error {
 	}
 	for rev, s := range n.slots {
 		w := s.work
-		latched := w.Kind == WorkRequest && (w.Request != nil || w.Lease != nil && w.Lease.Revoke)
-		if latched && (s.state == slotRunning || s.state == slotHeld) && (w.latch == nil || w.latch.released || w.latch.work != nil) {
+		if latchedWork(w) && s.state == slotRunning && (w.latch == nil || w.latch.released || w.latch.work != nil) {
 			return fmt.Errorf("r%d dealt without a granted latch", rev)
 		}
 	}
@@ -57,4 +69,10 @@ func (n *Node) Invariants() error {
 		}
 	}
 	return nil
+}
+
+// latchedWork tells work that holds a latch while it runs: key-value
+// requests and lease revokes.
+func latchedWork(w *Work) bool {
+	return w.Kind == WorkRequest && (w.Request != nil || w.Lease != nil && w.Lease.Revoke)
 }

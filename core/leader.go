@@ -366,6 +366,15 @@ func (m *Member) startRecovery(r *ElectionRecord) {
 // now: work handed out before a step-down is dropped, whoever reports it.
 func (m *Member) owns(w *Work) bool { return m.node != nil && w.Term == m.term }
 
+// Deal deals undealt request work of the node the member holds now
+// (Node.Deal); ErrNotLeader if that node is gone.
+func (m *Member) Deal(w *Work) error {
+	if !m.owns(w) {
+		return ErrNotLeader
+	}
+	return m.node.Deal(w)
+}
+
 // CatchUpDone hands the node the events a catch-up work item read.
 func (m *Member) CatchUpDone(w *Work, events []Event, last int64, err error) {
 	if m.owns(w) {

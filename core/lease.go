@@ -155,7 +155,9 @@ func (n *Node) unpark(l *lease, gone bool) {
 }
 
 // Grant asks to create a lease of ttl seconds; id 0 lets the node pick
-// one (the dealt revision, which is never reused).
+// one: the term in the high 32 bits and a count within it below, so no
+// two leaders pick the same. A grant changes no key and takes no
+// revision, as in etcd.
 func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	switch {
 	case n.draining:
@@ -176,9 +178,9 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	}
 	ttl = max(ttl, n.cfg.MinLeaseTTL)
 	if leaseID == 0 {
-		leaseID = n.next
-		for n.leases.byID[leaseID] != nil {
-			leaseID += 1 << 40 // a client chose this ID: jump far from revisions
+		for leaseID == 0 || n.leases.byID[leaseID] != nil { // a client may have chosen it
+			n.leaseSeq++
+			leaseID = (n.cfg.Term&(1<<31-1))<<32 | n.leaseSeq&(1<<32-1)
 		}
 	}
 	w := &Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{ID: leaseID, TTL: ttl}}

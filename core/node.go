@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,7 +22,11 @@ type RequestID uint64
 type WorkKind uint8
 
 const (
-	// WorkRequest evaluates a write request at its dealt revision.
+	// WorkRequest evaluates a write request. It comes undealt (Rev 0)
+	// unless it surely writes: the driver evaluates it once, calls Deal
+	// only if it changes keys, and evaluates it again at that revision
+	// (exec.Apply does). A request that changes nothing takes no
+	// revision, as in etcd.
 	WorkRequest WorkKind = iota + 1
 	// WorkFence resolves an uncertain revision (DESIGN §5).
 	WorkFence
@@ -51,7 +56,7 @@ const maxBatch = 64
 // compaction) against it, apply the writes, commit, then Report.
 type Work struct {
 	Kind    WorkKind
-	Rev     int64 // dealt revision (WorkRequest, WorkFence)
+	Rev     int64 // dealt revision (WorkRequest, WorkFence); 0 until Deal
 	ID      RequestID
 	Request *pb.RequestOp
 	// Lease is set instead of Request for a lease grant or revoke.
@@ -77,6 +82,15 @@ type Work struct {
 	Batch []*Work
 	// latch is the request's claim on its keys, carried across attempts.
 	latch *latch
+	// after is the revision C must reach before the work goes out
+	// (serial work, and retries of undealt work); it waits in held.
+	after int64
+	// seen is, for undealt work, the newest revision it may find a key
+	// touched at: this node latched its keys, so a touch above it is
+	// another leader's write, and the work is late.
+	seen int64
+	// batch is the WorkBatch a request runs in, if any.
+	batch *Work
 }
 
 // Outcome is what the engine said about a work's commit.
@@ -95,8 +109,11 @@ const (
 // Response is a request's answer, released in revision order. ID 0 marks
 // the node's own work (a lease expiry): no client waits for it.
 type Response struct {
-	ID       RequestID
+	ID RequestID
+	// Rev is the header revision: the request's own if Wrote, else the
+	// revision its answer was read at.
 	Rev      int64
+	Wrote    bool
 	Response *pb.ResponseOp
 	// Lease is the lease a grant created (its TTL in LeaseTTL).
 	Lease, LeaseTTL int64
@@ -181,7 +198,6 @@ type slotState uint8
 
 const (
 	slotRunning   slotState = iota + 1 // work out at the driver
-	slotHeld                           // serial work waiting for its turn
 	slotUncertain                      // fence out at the driver
 	slotApplied
 	slotNoop
@@ -207,12 +223,20 @@ type Node struct {
 	committed int64 // C
 	compacted int64
 	slots     map[int64]*slot
-	held      []int64 // serial revisions waiting, ascending
-	ring      *Ring
-	watch     watchers
-	leases    leases
-	ready     Ready
-	latches   latches
+	// held is serial work waiting for C to reach its after revision.
+	held []*Work
+	// out is request work handed out undealt: it may still call Deal.
+	out map[*Work]struct{}
+	// answers of requests that wrote nothing, waiting for C to reach
+	// the revision they were read at.
+	answers []Response
+	// leaseSeq numbers the lease IDs the node picks in its term.
+	leaseSeq int64
+	ring     *Ring
+	watch    watchers
+	leases   leases
+	ready    Ready
+	latches  latches
 	// draining refuses new writes while leadership is handed over.
 	draining bool
 	// nospace is the NOSPACE alarm; alarming says a WorkAlarm is out,
@@ -233,6 +257,7 @@ func NewNode(cfg Config, st State) *Node {
 		committed: st.Committed,
 		compacted: st.Compacted,
 		slots:     make(map[int64]*slot),
+		out:       make(map[*Work]struct{}),
 		ring:      NewRing(cfg.RingSize, st.Committed+1),
 		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
@@ -248,8 +273,9 @@ func (n *Node) Committed() int64 { return n.committed }
 // Compacted returns the compact revision.
 func (n *Node) Compacted() int64 { return n.compacted }
 
-// InFlight returns how many dealt revisions are above C.
-func (n *Node) InFlight() int { return len(n.slots) }
+// InFlight returns how many dealt revisions are above C, plus the work
+// out undealt and the answers waiting for C.
+func (n *Node) InFlight() int { return len(n.slots) + len(n.out) + len(n.answers) }
 
 // Config returns the node's effective configuration.
 func (n *Node) Config() Config { return n.cfg }
@@ -347,16 +373,17 @@ func batchable(w *Work) bool {
 	return w.Kind == WorkRequest && w.Request != nil && !w.Serial && len(leasesUsed(w.Request, nil)) == 0
 }
 
-// dealBatch deals each request of ws its revision and hands them out as
-// one WorkBatch.
+// dealBatch hands the requests of ws out as one WorkBatch; each is dealt
+// its revision when it surely writes, or by Deal once it turns out to.
 func (n *Node) dealBatch(ws []*Work) {
+	b := &Work{Kind: WorkBatch, Term: n.cfg.Term, Batch: ws}
 	for _, w := range ws {
-		w.Rev, w.Term = n.next, n.cfg.Term
-		n.next++
-		w.Committed, w.Compacted = n.committed, n.compacted
-		n.slots[w.Rev] = &slot{state: slotRunning, work: w}
+		// Dealt only as they run, in order: a revision dealt now would be
+		// below those the requests before it take as they run.
+		n.prepare(w, false)
+		w.batch = b
 	}
-	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkBatch, Rev: ws[0].Rev, Term: n.cfg.Term, Batch: ws})
+	n.ready.Work = append(n.ready.Work, b)
 }
 
 // Drain refuses new writes while leadership is handed over, and answers
@@ -396,24 +423,23 @@ func (n *Node) validate(req *pb.RequestOp) error {
 	return ErrKeyNotFound
 }
 
-// deal gives w the next revision and hands it to the driver, or holds it
-// if it is serial and earlier revisions are not final yet.
+// deal hands w to the driver, or holds it if it is serial and revisions
+// dealt before it are not final yet.
 func (n *Node) deal(w *Work) {
-	w.Rev, w.Term = n.next, n.cfg.Term
-	n.next++
-	w.Committed, w.Compacted = n.committed, n.compacted
-	s := &slot{state: slotRunning, work: w}
-	n.slots[w.Rev] = s
-	if w.Serial && n.committed != w.Rev-1 {
-		s.state = slotHeld
-		n.held = append(n.held, w.Rev)
+	if w.Serial {
+		w.after = max(w.after, n.next-1)
+	}
+	if w.after <= n.committed {
+		n.handOut(w)
 		return
 	}
-	n.handOut(w)
+	i, _ := slices.BinarySearchFunc(n.held, w.after+1, func(h *Work, after int64) int { return cmp.Compare(h.after, after) })
+	n.held = slices.Insert(n.held, i, w)
 }
 
 // handOut gives work to the driver. A revoke learns its keys now: serial
-// work runs when every earlier revision is final, so the table is whole.
+// work runs when every revision dealt before it is final, so the table is
+// whole.
 func (n *Node) handOut(w *Work) {
 	if w.Lease != nil && w.Lease.Revoke {
 		w.Lease.Keys = w.Lease.Keys[:0]
@@ -424,7 +450,57 @@ func (n *Node) handOut(w *Work) {
 			slices.SortFunc(w.Lease.Keys, bytes.Compare)
 		}
 	}
+	n.prepare(w, true)
 	n.ready.Work = append(n.ready.Work, w)
+}
+
+// prepare stamps request work for the driver: a request that surely
+// changes a key is dealt its revision now if eager; any other goes out
+// undealt and is dealt only if its evaluation changes keys (Deal).
+func (n *Node) prepare(w *Work, eager bool) {
+	w.Rev, w.Term, w.seen, w.batch = 0, n.cfg.Term, n.next-1, nil
+	w.Committed, w.Compacted = n.committed, n.compacted
+	if eager && w.Lease == nil && surelyWrites(w.Request) {
+		n.assign(w)
+		return
+	}
+	n.out[w] = struct{}{}
+}
+
+// assign deals w the next revision.
+func (n *Node) assign(w *Work) {
+	w.Rev = n.next
+	n.next++
+	n.slots[w.Rev] = &slot{state: slotRunning, work: w}
+}
+
+// Deal gives undealt request work the revision its writes commit at. The
+// driver calls it, inside the work's engine transaction, once evaluation
+// shows the request changes keys, then evaluates it again at w.Rev.
+// ErrNotLeader: the work is not this node's to deal (stale, or already
+// dealt); abandon the transaction and report the work NotApplied.
+func (n *Node) Deal(w *Work) error {
+	if _, ok := n.out[w]; !ok || w.Term != n.cfg.Term {
+		return ErrNotLeader
+	}
+	delete(n.out, w)
+	n.assign(w)
+	if b := w.batch; b != nil {
+		// The requests after it in the batch read what it writes.
+		for _, sub := range b.Batch[slices.Index(b.Batch, w)+1:] {
+			sub.seen = max(sub.seen, w.Rev)
+		}
+	}
+	return nil
+}
+
+// surelyWrites reports whether a request changes a key whatever the
+// store holds: a plain put. Other requests may change nothing (a failed
+// compare, a delete of a missing key, a put etcd refuses) and so are dealt
+// only once evaluation shows they write.
+func surelyWrites(op *pb.RequestOp) bool {
+	p := op.GetRequestPut()
+	return p != nil && !p.IgnoreValue && !p.IgnoreLease
 }
 
 // Report tells the node how a work item it handed out ended. eff is
@@ -432,14 +508,25 @@ func (n *Node) handOut(w *Work) {
 func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 	switch w.Kind {
 	case WorkRequest:
-		n.reportRequest(w, eff, out)
+		n.reportRequest(w, eff, out, n.next-1)
 	case WorkBatch:
+		// A request that wrote nothing read what the ones before it in
+		// the batch wrote and none of what the ones after it did: it is
+		// answered below the next one's revision.
+		at := make([]int64, len(w.Batch))
+		next := n.next
+		for i := len(w.Batch) - 1; i >= 0; i-- {
+			at[i] = next - 1
+			if r := w.Batch[i].Rev; r != 0 {
+				next = r
+			}
+		}
 		for i, sub := range w.Batch {
 			var e *Effects
 			if eff != nil && i < len(eff.Batch) {
 				e = eff.Batch[i]
 			}
-			n.reportRequest(sub, e, out)
+			n.reportRequest(sub, e, out, at[i])
 		}
 	case WorkFence:
 		n.reportFence(w, eff, out)
@@ -455,7 +542,13 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 	n.advance()
 }
 
-func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
+// reportRequest ends request work; at is the revision an answer that
+// wrote nothing is read at.
+func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome, at int64) {
+	if w.Rev == 0 {
+		n.reportUndealt(w, eff, out, at)
+		return
+	}
 	s := n.slots[w.Rev]
 	if s == nil || s.work != w || s.state != slotRunning {
 		return // a stale or duplicated report
@@ -476,6 +569,73 @@ func (n *Node) reportRequest(w *Work, eff *Effects, out Outcome) {
 		s.state, s.retried = slotUncertain, true
 		n.fence(w, 0)
 		n.retry(w)
+	}
+}
+
+// reportUndealt ends request work that was never dealt: it changed no
+// key, so it is answered as a read at revision at, once C reaches it.
+// Its keys are latched until now, so no write to them was dealt between
+// its read and at.
+func (n *Node) reportUndealt(w *Work, eff *Effects, out Outcome, at int64) {
+	if _, ok := n.out[w]; !ok {
+		return // a stale or duplicated report
+	}
+	delete(n.out, w)
+	if out != Committed || eff == nil || eff.Late || len(eff.Events) > 0 {
+		// Not applied (or the lease record it writes may not be): it
+		// changed no key, so nothing needs fencing; run it again.
+		n.retry(w)
+		return
+	}
+	r := Response{ID: w.ID, Rev: at, Response: eff.Response, Err: eff.Err}
+	if w.Lease != nil {
+		n.commitLease(w.Lease)
+		r.Lease, r.LeaseTTL = w.Lease.ID, w.Lease.TTL
+	}
+	n.answer(r)
+	n.unlatch(w)
+}
+
+// answer releases a response that wrote nothing at r.Rev: every write
+// it may have read is at or below it, and every later write to its keys
+// above. Until C reaches that revision it waits.
+func (n *Node) answer(r Response) {
+	stampHeaders(r.Response, r.Rev)
+	if r.Rev <= n.committed {
+		n.ready.Responses = append(n.ready.Responses, r)
+		return
+	}
+	// A batch reports answers below revisions it dealt, which may be
+	// below answers already waiting: keep them in revision order.
+	i, _ := slices.BinarySearchFunc(n.answers, r.Rev+1, func(a Response, rev int64) int { return cmp.Compare(a.Rev, rev) })
+	n.answers = slices.Insert(n.answers, i, r)
+}
+
+// releaseAnswers releases the waiting answers C has reached.
+func (n *Node) releaseAnswers() {
+	i := 0
+	for i < len(n.answers) && n.answers[i].Rev <= n.committed {
+		i++
+	}
+	n.ready.Responses = append(n.ready.Responses, n.answers[:i]...)
+	n.answers = n.answers[i:]
+}
+
+// stampHeaders sets the header revision of a response and of every
+// response nested in it.
+func stampHeaders(r *pb.ResponseOp, rev int64) {
+	switch tv := r.GetResponse().(type) {
+	case *pb.ResponseOp_ResponsePut:
+		tv.ResponsePut.Header = &pb.ResponseHeader{Revision: rev}
+	case *pb.ResponseOp_ResponseDeleteRange:
+		tv.ResponseDeleteRange.Header = &pb.ResponseHeader{Revision: rev}
+	case *pb.ResponseOp_ResponseRange:
+		tv.ResponseRange.Header = &pb.ResponseHeader{Revision: rev}
+	case *pb.ResponseOp_ResponseTxn:
+		tv.ResponseTxn.Header = &pb.ResponseHeader{Revision: rev}
+		for _, sub := range tv.ResponseTxn.Responses {
+			stampHeaders(sub, rev)
+		}
 	}
 }
 
@@ -514,6 +674,12 @@ func (n *Node) retry(w *Work) {
 		return
 	}
 	next := &Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch}
+	if w.Rev == 0 {
+		// It may be answered without a revision, so no engine conflict
+		// orders it after a request of its batch whose outcome is still
+		// unknown: let every revision dealt so far be final first.
+		next.after = n.next - 1
+	}
 	if n.latches.regrant(next) {
 		n.start(next)
 	}
@@ -534,6 +700,7 @@ func (n *Node) advance() {
 		if s.state == slotApplied {
 			n.commit(rev, s)
 		}
+		n.releaseAnswers()
 	}
 	if n.committed == start {
 		return
@@ -552,7 +719,7 @@ func (n *Node) commit(rev int64, s *slot) {
 	n.watch.publish(rev, eff.Events)
 	n.leases.attach(eff.Events)
 	w := s.work
-	r := Response{ID: w.ID, Rev: rev, Response: eff.Response, Err: eff.Err}
+	r := Response{ID: w.ID, Rev: rev, Wrote: len(eff.Events) > 0, Response: eff.Response, Err: eff.Err}
 	if w.Lease != nil {
 		n.commitLease(w.Lease)
 		r.Lease, r.LeaseTTL = w.Lease.ID, w.Lease.TTL
@@ -562,12 +729,10 @@ func (n *Node) commit(rev int64, s *slot) {
 
 // releaseHeld hands out the serial work whose turn has come.
 func (n *Node) releaseHeld() {
-	for len(n.held) > 0 && n.held[0] == n.committed+1 {
-		s := n.slots[n.held[0]]
+	for len(n.held) > 0 && n.held[0].after <= n.committed {
+		w := n.held[0]
 		n.held = n.held[1:]
-		s.state = slotRunning
-		s.work.Committed, s.work.Compacted = n.committed, n.compacted
-		n.handOut(s.work)
+		n.handOut(w)
 	}
 }
 
@@ -611,7 +776,10 @@ func DescribeWork(w *Work) string {
 		} else if l != nil {
 			what = fmt.Sprintf("grant lease%d ttl=%d", l.ID, l.TTL)
 		}
-		s := fmt.Sprintf("work r%d req%d %s", w.Rev, w.ID, what)
+		s := fmt.Sprintf("work req%d %s", w.ID, what)
+		if w.Rev != 0 {
+			s = fmt.Sprintf("work r%d req%d %s", w.Rev, w.ID, what)
+		}
 		if w.Serial {
 			s += " serial"
 		}
@@ -671,6 +839,9 @@ func DescribeEvent(ev Event) string {
 func DescribeResponse(r Response) string {
 	if r.Err != nil {
 		return fmt.Sprintf("resp req%d err=%q", r.ID, r.Err)
+	}
+	if !r.Wrote {
+		return fmt.Sprintf("resp req%d at r%d", r.ID, r.Rev)
 	}
 	return fmt.Sprintf("resp req%d r%d", r.ID, r.Rev)
 }

@@ -56,10 +56,16 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 			end++
 		}
 		group := ops[start:end]
-		// A revoke writes only if its lease still has keys.
+		// One request writes at a revision. A revoke writes only if its
+		// lease still has keys and no key-value write took the revision
+		// (a revoke answered there read the store after that write).
+		kvWriter := false
+		for _, o := range group {
+			kvWriter = kvWriter || (o.in.Revoke == nil && o.writer)
+		}
 		for _, o := range group {
 			if o.in.Revoke != nil {
-				o.writer = st.hasLeaseKeys(o.in.Revoke.ID)
+				o.writer = !kvWriter && st.hasLeaseKeys(o.in.Revoke.ID)
 			}
 		}
 		// The write first, then what only read, by call time.

@@ -341,9 +341,18 @@ func (s *Server) run(w *core.Work) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
 	defer cancel()
 	began := time.Now()
-	eff, out := exec.Run(ctx, s.eng, w)
+	eff, out := exec.Run(ctx, s.eng, w, dealer{s})
 	s.metrics.observeRun(time.Since(began), out)
 	s.stepMember(func(m *core.Member) { m.Report(w, eff, out) })
+}
+
+// dealer deals undealt work under the server's lock.
+type dealer struct{ s *Server }
+
+func (d dealer) Deal(w *core.Work) error {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	return d.s.member.Deal(w)
 }
 
 // propose sends a request through the node and waits for its answer;

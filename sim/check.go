@@ -16,10 +16,12 @@ import (
 	"github.com/axon-kv/axon/storage"
 )
 
-// expiry is a lease revoked by a leader's clock, seen released at rev.
+// expiry is a lease revoked by a leader's clock, seen released at rev;
+// wrote: it deleted keys at rev (else it took no revision).
 type expiry struct {
 	lease, rev int64
 	at         time.Duration
+	wrote      bool
 }
 
 // check resolves every call against the engine's ground truth, then runs
@@ -43,6 +45,9 @@ func (w *World) check(res *Result) error {
 	}
 	w.countLate(res)
 	if err := w.explain(byRev); err != nil {
+		return err
+	}
+	if err := w.checkNoEmptyRevisions(); err != nil {
 		return err
 	}
 	if err := w.checkState(evs); err != nil {
@@ -113,7 +118,7 @@ func callRev(cl *call) int64 {
 	switch {
 	case cl.patched != nil:
 		return cl.patched.rev
-	case cl.status == answered && cl.err == nil && cl.in.kind != opRange && cl.in.kind != opKeepAlive && cl.in.kind != opCompact:
+	case cl.status == answered && cl.err == nil && cl.wrote:
 		return cl.rev
 	}
 	return 0
@@ -147,7 +152,30 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 	for _, e := range w.expiries {
 		released[e.rev] = true
 	}
+	ended := map[int64]bool{} // leases a released revoke or expiry ended
+	for _, e := range w.expiries {
+		ended[e.lease] = true
+	}
+	for _, cl := range w.hist.calls {
+		if cl.in.kind == opRevoke && cl.status == answered && cl.err == nil {
+			ended[cl.in.lease] = true
+		}
+	}
 	for _, a := range w.expiryAttempts {
+		if a.rev == 0 {
+			// An expiry of a lease without keys, never released: it
+			// applied if the lease record is gone and nothing else
+			// ended the lease.
+			gone, err := w.leaseGone(a.lease.id)
+			if err != nil {
+				return err
+			}
+			if gone && !ended[a.lease.id] {
+				ended[a.lease.id] = true
+				w.expiries = append(w.expiries, expiry{lease: a.lease.id, rev: a.readAt, at: a.by})
+			}
+			continue
+		}
 		if released[a.rev] {
 			continue
 		}
@@ -156,11 +184,14 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 			return err
 		}
 		if ok {
-			w.expiries = append(w.expiries, expiry{lease: a.lease.id, rev: a.rev, at: a.by})
+			w.expiries = append(w.expiries, expiry{lease: a.lease.id, rev: a.rev, at: a.by, wrote: true})
 			released[a.rev] = true
 		}
 	}
 	for _, e := range w.expiries {
+		if !e.wrote {
+			continue // it took no revision
+		}
 		if err := claim(e.rev, fmt.Sprintf("expiry of lease %d", e.lease)); err != nil {
 			return err
 		}
@@ -183,9 +214,33 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 				return fmt.Errorf("revision r%d applied but no call made it (%s)", rev, core.DescribeEvent(ev))
 			}
 		}
-		w.expiries = append(w.expiries, expiry{lease: lease, rev: rev, at: w.now})
+		w.expiries = append(w.expiries, expiry{lease: lease, rev: rev, at: w.now, wrote: true})
 	}
 	return nil
+}
+
+// checkNoEmptyRevisions fails a revision that was applied without a
+// change: etcd moves its revision only when a key changes, and
+// kube-apiserver's watch cache answers 410 Gone across such a gap after a
+// restart. Only a fenced revision (an attempt that did not land) may hold
+// no event.
+func (w *World) checkNoEmptyRevisions() error {
+	return w.final(func(rd storage.Reader, st core.State) error {
+		for rev := int64(1); rev <= st.Committed; rev++ {
+			v, ok, err := rd.Get(core.RevisionKey(rev))
+			if err != nil || !ok {
+				continue // no record: r1 of an empty store, or a gap not applied
+			}
+			rec, err := core.DecodeRevisionRecord(v)
+			if err != nil {
+				return fmt.Errorf("revision record r%d: %w", rev, err)
+			}
+			if !rec.Fenced && len(rec.Events) == 0 {
+				return fmt.Errorf("revision r%d applied without changing a key (etcd's revision would not move)", rev)
+			}
+		}
+		return nil
+	})
 }
 
 // record converts the history for porcupine.
@@ -226,6 +281,11 @@ func (w *World) record() *linearizability.Recorder {
 		}
 	}
 	for i, e := range w.expiries {
+		if _, ok := granted[e.lease]; !ok && !e.wrote {
+			// The grant's answer was lost: no one knew the lease, and its
+			// expiry changed nothing anyone saw.
+			continue
+		}
 		// An expiry can take effect any time after its lease was granted.
 		id := rec.Call(10000+i, linearizability.Input{Revoke: &pb.LeaseRevokeRequest{ID: e.lease}}, int64(granted[e.lease]))
 		rec.Return(id, linearizability.Output{Revoke: &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: e.rev}}}, int64(e.at))

@@ -53,6 +53,7 @@ type call struct {
 	status     callStatus
 	resp       *pb.ResponseOp
 	rev        int64
+	wrote      bool // a leader released it as a write at rev
 	lease      leaseReply
 	err        error
 	attempts   []attempt     // engine commits that may have applied it
@@ -67,6 +68,9 @@ type attempt struct {
 	term  int64
 	eff   *core.Effects
 	lease leaseReply // a grant's lease
+	// readAt places an attempt that took no revision (rev 0) in the
+	// revision order: the commit point when it committed.
+	readAt int64
 	// by bounds when it took effect: its commit call, plus the longest a
 	// delayed apply may take.
 	by time.Duration

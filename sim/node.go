@@ -133,13 +133,14 @@ func (n *node) process() {
 	}
 	for _, r := range rd.Responses {
 		if r.ID == 0 && r.Lease != 0 && r.Err == nil {
-			n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now})
+			n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
 		}
 		if c := n.waiters[r.ID]; c != nil {
 			delete(n.waiters, r.ID)
 			if c.released == 0 {
 				c.released = n.w.now
 			}
+			c.wrote = r.Wrote
 			n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
 		}
 	}
@@ -201,7 +202,16 @@ func (n *node) runWork(wk *core.Work) {
 		})
 		return
 	}
-	eff, err := exec.Apply(txn, wk)
+	if n.w.cfg.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
+		// The planted bug: deal before knowing whether it writes.
+		_ = n.member.Deal(wk)
+	}
+	if n.w.cfg.DealEagerly && wk.Kind == core.WorkBatch {
+		for _, sub := range wk.Batch {
+			_ = n.member.Deal(sub)
+		}
+	}
+	eff, err := exec.Apply(txn, wk, n.member)
 	if out, done := exec.Settled(eff, err); done {
 		txn.Rollback()
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
@@ -217,7 +227,11 @@ func (n *node) runWork(wk *core.Work) {
 		err := txn.Commit(ctx)
 		out := exec.Outcome(err)
 		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
-			n.w.expiryAttempts = append(n.w.expiryAttempts, attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter})
+			a := attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
+			if nd := n.member.Node(); nd != nil && wk.Rev == 0 {
+				a.readAt = nd.Committed() // it took no revision: place it at C
+			}
+			n.w.expiryAttempts = append(n.w.expiryAttempts, a)
 		}
 		if out != core.NotApplied {
 			n.recordAttempts(wk, eff)
@@ -237,7 +251,9 @@ func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
 			}
 		}
 	case core.WorkRequest:
-		if c := n.calls[wk.ID]; c != nil {
+		// Work never dealt changed no key: no revision tells whether it
+		// applied, and nothing but a lease record depends on it.
+		if c := n.calls[wk.ID]; c != nil && wk.Rev != 0 {
 			a := attempt{rev: wk.Rev, term: wk.Term, eff: eff, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
 			if wk.Lease != nil {
 				a.lease = leaseReply{id: wk.Lease.ID, ttl: wk.Lease.TTL}

@@ -24,6 +24,11 @@ type Config struct {
 	// its conflict check with this probability (memkv's
 	// Fault.SkipConflictCheck); the checks should then find lost updates.
 	SkipConflictChecks float64
+	// DealEagerly plants a bug in the driver: it deals every request a
+	// revision before evaluating it (as Axon did), so requests that
+	// change nothing take revisions etcd does not; the checks should
+	// then find revisions that hold no write.
+	DealEagerly bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on

@@ -255,6 +255,20 @@ func (w *World) committedEvents() (evs []core.Event, err error) {
 	return evs, err
 }
 
+// leaseGone reports whether the engine holds no record of lease id.
+func (w *World) leaseGone(id int64) (bool, error) {
+	txn, err := w.eng.Begin(context.Background())
+	if err != nil {
+		return false, err
+	}
+	defer txn.Rollback()
+	_, err = txn.Get(core.LeaseKey(id))
+	if errors.Is(err, storage.ErrNotFound) {
+		return true, nil
+	}
+	return false, err
+}
+
 // appliedRevision reports whether revision rev, as dealt in term, is
 // applied in the engine.
 func (w *World) appliedRevision(rev, term int64) (bool, error) {

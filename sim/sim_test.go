@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,6 +135,32 @@ func TestSkippedConflictCheckIsCaught(t *testing.T) {
 	}
 }
 
+// TestEagerDealingIsCaught plants the bug class the kube-apiserver suite
+// found: the driver deals every request a revision before evaluating it,
+// so a failed compare, a delete of a missing key or a lease expiry with
+// no keys takes a revision etcd would not (kube-apiserver's watch cache
+// then answers 410 Gone after a restart). The swarm must find it at once;
+// the seed must replay bit for bit, and pass without the plant.
+func TestEagerDealingIsCaught(t *testing.T) {
+	cfg := Config{Ops: 300, DealEagerly: true}
+	r, ok := firstFailure(1, 20, cfg)
+	if !ok {
+		t.Fatal("20 seeds dealing eagerly all passed: the checks see no revision without a write")
+	}
+	if !strings.Contains(r.Err.Error(), "without changing a key") {
+		t.Errorf("seed %d failed otherwise than by an empty revision: %v", r.Seed, r.Err)
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	cfg.Seed = r.Seed
+	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
+		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
+	}
+	cfg.DealEagerly = false
+	if clean := Run(cfg); clean.Err != nil {
+		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
+	}
+}
+
 // TestLostUpdateIsSeen builds the lost update itself: two hot-counter
 // increments `If ModRevision(k)==1 Then Put(k, 2)` evaluated on one
 // snapshot, the later commit's conflict check skipped. Both succeed; the
@@ -154,12 +181,12 @@ func TestLostUpdateIsSeen(t *testing.T) {
 			c := &client{w: w}
 			apply := func(txn storage.Txn, rev int64, in input) {
 				t.Helper()
-				eff, err := exec.Apply(txn, &core.Work{Kind: core.WorkRequest, Rev: rev, Term: 1, Request: in.write})
+				eff, err := exec.Apply(txn, &core.Work{Kind: core.WorkRequest, Rev: rev, Term: 1, Request: in.write}, nil)
 				if err != nil || eff.Late {
 					t.Fatalf("r%d: %v late=%v", rev, err, eff != nil && eff.Late)
 				}
 				cl := w.hist.add(c, in, 0)
-				cl.done, cl.status, cl.resp, cl.rev = true, answered, eff.Response, rev
+				cl.done, cl.status, cl.resp, cl.rev, cl.wrote = true, answered, eff.Response, rev, len(eff.Events) > 0
 			}
 			begin := func() storage.Txn {
 				txn, err := w.eng.Begin(t.Context())

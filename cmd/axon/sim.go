@@ -14,14 +14,15 @@ import (
 )
 
 type simFlags struct {
-	seed       uint64
-	seeds      int
-	first      uint64
-	parallel   int
-	ops        int
-	breakDrift bool
-	skipChecks float64
-	outDir     string
+	seed        uint64
+	seeds       int
+	first       uint64
+	parallel    int
+	ops         int
+	breakDrift  bool
+	skipChecks  float64
+	dealEagerly bool
+	outDir      string
 }
 
 func simCmd() *cobra.Command {
@@ -44,12 +45,13 @@ func simCmd() *cobra.Command {
 	fl.IntVar(&f.ops, "ops", 1000, "client operations per seed before healing")
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
 	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
+	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -59,6 +61,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.skipChecks > 0 {
 		s += fmt.Sprintf(" --skip-conflict-checks %g", f.skipChecks)
+	}
+	if f.dealEagerly {
+		s += " --deal-eagerly"
 	}
 	return s
 }

@@ -8,14 +8,22 @@ import (
 	"github.com/axon-kv/axon/storage"
 )
 
+// Dealer deals undealt request work its revision: core.Node and
+// core.Member, called under the driver's lock.
+type Dealer interface {
+	Deal(w *core.Work) error
+}
+
 // Apply evaluates w inside txn and buffers its writes there; the caller
-// commits (unless the effects are late) and reports with Outcome.
-func Apply(txn storage.Txn, w *core.Work) (*core.Effects, error) {
+// commits (unless the effects are late) and reports with Outcome. Request
+// work that comes undealt is evaluated once, dealt by d only if it changes
+// keys, and evaluated again at its revision.
+func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	if w.Kind == core.WorkBatch {
 		// Each request reads what the ones before it wrote.
 		effs := make([]*core.Effects, len(w.Batch))
 		for i, sub := range w.Batch {
-			eff, err := Apply(txn, sub)
+			eff, err := Apply(txn, sub, d)
 			if err != nil {
 				return nil, err
 			}
@@ -23,16 +31,24 @@ func Apply(txn storage.Txn, w *core.Work) (*core.Effects, error) {
 		}
 		return &core.Effects{Batch: effs}, nil
 	}
-	rd := storage.NewReader(txn)
 	var (
+		rd  core.Reader = storage.NewReader(txn)
 		eff *core.Effects
 		err error
 	)
-	if w.Kind == core.WorkCompact {
+	switch {
+	case w.Kind == core.WorkCompact:
 		var ws []core.Write
 		ws, err = core.CompactWrites(rd, w.Rev)
 		eff = &core.Effects{Writes: ws}
-	} else {
+	case w.Kind == core.WorkRequest && w.Rev == 0:
+		rd = newMemo(rd)
+		if eff, err = core.Evaluate(rd, w); err == nil && eff.NeedsRevision() {
+			if err = d.Deal(w); err == nil {
+				eff, err = core.Evaluate(rd, w)
+			}
+		}
+	default:
 		eff, err = core.Evaluate(rd, w)
 	}
 	if err != nil {
@@ -64,13 +80,13 @@ func Outcome(commitErr error) core.Outcome {
 
 // Run executes w in one engine transaction and returns what to Report.
 // Catch-up work is read-only and goes through CatchUp instead.
-func Run(ctx context.Context, eng storage.Engine, w *core.Work) (*core.Effects, core.Outcome) {
+func Run(ctx context.Context, eng storage.Engine, w *core.Work, d Dealer) (*core.Effects, core.Outcome) {
 	txn, err := eng.Begin(ctx)
 	if err != nil {
 		return nil, core.NotApplied
 	}
 	defer txn.Rollback()
-	eff, err := Apply(txn, w)
+	eff, err := Apply(txn, w, d)
 	if out, done := Settled(eff, err); done {
 		return eff, out
 	}
@@ -114,4 +130,34 @@ func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) (
 	}
 	defer txn.Rollback()
 	return core.ReadEvents(storage.NewReader(txn), w.From, w.To, limit)
+}
+
+// memo remembers the point reads of one request's first evaluation, so
+// that the second, at its dealt revision, reads nothing again. Nothing is
+// written to the transaction between the two.
+type memo struct {
+	rd   core.Reader
+	gets map[string]memoGet
+}
+
+type memoGet struct {
+	value []byte
+	found bool
+}
+
+func newMemo(rd core.Reader) *memo { return &memo{rd: rd, gets: map[string]memoGet{}} }
+
+func (m *memo) Get(key []byte) ([]byte, bool, error) {
+	if g, ok := m.gets[string(key)]; ok {
+		return g.value, g.found, nil
+	}
+	v, found, err := m.rd.Get(key)
+	if err == nil {
+		m.gets[string(key)] = memoGet{v, found}
+	}
+	return v, found, err
+}
+
+func (m *memo) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error {
+	return m.rd.Scan(lower, upper, reverse, limit, fn)
 }
