@@ -358,7 +358,7 @@ var storeCutOff = regexp.MustCompile(`request timed out|error reading from serve
 func faultClass(o observation) string {
 	switch o.kind {
 	case kindHTTP5xx, kindKlogError, kindFaultWrite:
-		if o.phase == "leader_faults" && storeCutOff.MatchString(o.detail) {
+		if strings.HasPrefix(o.phase, "leader_faults") && storeCutOff.MatchString(o.detail) {
 			return o.kind + "\x00store request cut off by a killed member"
 		}
 	case kindMetrics5xx:
@@ -369,7 +369,7 @@ func faultClass(o observation) string {
 	return ""
 }
 
-var metricsCode = regexp.MustCompile(`code="5[0-9]*"`)
+var metricsCode = regexp.MustCompile(`\bcode=5[0-9]+`)
 
 // etcdAlsoLogs are klog error lines kube-apiserver printed over the etcd
 // control in earlier runs, and not in every run: races of its own start

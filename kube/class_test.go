@@ -1,0 +1,37 @@
+package kube
+
+import "testing"
+
+// TestFaultClass: what a killed store member's in-flight request gives
+// compares by class, from the texts etcd and Axon gave in real runs;
+// anything else still compares by its text.
+func TestFaultClass(t *testing.T) {
+	etcd := []observation{
+		{kind: kindKlogError, phase: "leader_faults: after kill", detail: `E1123 22:47:00.021251   26536 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: rpctypes.EtcdError{code:0xe, desc:\"etcdserver: request timed out, possibly due to previous leader failure\"}: etcdserver: request timed out, possibly due to previous leader failure" logger="UnhandledError"`},
+		{kind: kindHTTP5xx, phase: "leader_faults: restart member", detail: `PUT /apis/coordination.k8s.io/v1/namespaces/kube-faults/leases/node-2: 500 : etcdserver: request timed out`},
+		{kind: kindFaultWrite, phase: "leader_faults: restart member", detail: `renew lease: etcdserver: request timed out`},
+		{kind: kindMetrics5xx, phase: "end", key: "verb=PUT group=coordination.k8s.io resource=leases code=500"},
+	}
+	axon := []observation{
+		{kind: kindKlogError, phase: "leader_faults: kill leader", detail: `E1123 22:48:41.273517   26589 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: &status.Error{s:(*status.Status)(0x6239016eef0)}: rpc error: code = Unavailable desc = error reading from server: EOF" logger="UnhandledError"`},
+		{kind: kindHTTP5xx, phase: "leader_faults: kill leader", detail: `PATCH /api/v1/namespaces/kube-faults/configmaps/w-0107: 500 : rpc error: code = Unavailable desc = error reading from server: EOF`},
+		{kind: kindFaultWrite, phase: "leader_faults: kill leader", detail: `patch configmaps/w-0107: rpc error: code = Unavailable desc = error reading from server: EOF`},
+		{kind: kindMetrics5xx, phase: "end", key: "verb=PATCH resource=configmaps code=500"},
+	}
+	for i, o := range axon {
+		got, want := faultClass(o), faultClass(etcd[i])
+		if got == "" || got != want {
+			t.Errorf("%s: class %q, etcd's %q", o.kind, got, want)
+		}
+	}
+	for _, o := range []observation{
+		{kind: kindHTTP5xx, phase: "watch", detail: `GET /api/v1/configmaps: 500 : rpc error: code = Unavailable desc = error reading from server: EOF`},
+		{kind: kindHTTP5xx, phase: "leader_faults: kill leader", detail: `GET /api/v1/configmaps: 500 : etcdserver: mvcc: database space exceeded`},
+		{kind: kindFaultRead, phase: "leader_faults: kill leader", detail: `list configmaps: rpc error: code = Unavailable desc = error reading from server: EOF`},
+		{kind: kindMetrics5xx, phase: "end", key: "verb=LIST resource=configmaps code=429"},
+	} {
+		if c := faultClass(o); c != "" {
+			t.Errorf("%s in %s (%s): class %q, want none", o.kind, o.phase, o.detail, c)
+		}
+	}
+}
