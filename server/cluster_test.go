@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,6 +44,11 @@ type testCluster struct {
 	t   testing.TB
 	eng storage.Engine
 	ins []*instance
+	// peerTLS, when set before instances start, gives each instance a
+	// peer listener of its own with this TLS, and dial says how
+	// instance i dials the others.
+	peerTLS *tls.Config
+	dial    func(i int) *tls.Config
 }
 
 // clusterTiming is short so that failovers take about a second.
@@ -57,10 +63,21 @@ func clusterConfig(name, addr string) server.Config {
 
 func startCluster(t testing.TB, eng storage.Engine, n int) *testCluster {
 	t.Helper()
+	return newCluster(t, eng, n).startAll()
+}
+
+func newCluster(t testing.TB, eng storage.Engine, n int) *testCluster {
 	c := &testCluster{t: t, eng: eng}
 	for i := range n {
 		c.ins = append(c.ins, &instance{name: fmt.Sprintf("axon-%d", i)})
 	}
+	return c
+}
+
+// startAll starts every instance and waits for a leader.
+func (c *testCluster) startAll() *testCluster {
+	t := c.t
+	t.Helper()
 	for i := range c.ins {
 		c.start(i)
 	}
@@ -82,13 +99,26 @@ func (c *testCluster) start(i int) {
 		c.t.Fatal(err)
 	}
 	in.addr = lis.Addr().String()
-	srv, err := server.New(clusterConfig(in.name, in.addr), c.eng)
+	cfg := clusterConfig(in.name, in.addr)
+	var peerLis net.Listener
+	if c.peerTLS != nil {
+		if peerLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			c.t.Fatal(err)
+		}
+		cfg.PeerURLs = []string{"https://" + peerLis.Addr().String()}
+		cfg.PeerTLS = c.dial(i)
+		peerLis = tls.NewListener(peerLis, c.peerTLS)
+	}
+	srv, err := server.New(cfg, c.eng)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
+	if peerLis != nil {
+		go func() { _ = g.Serve(peerLis) }()
+	}
 	in.srv, in.g, in.up = srv, g, true
 }
 

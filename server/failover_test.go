@@ -61,8 +61,12 @@ func newEngine(t testing.TB) storage.Engine {
 }
 
 func TestFailoverKillLeader(t *testing.T) {
-	kills := envInt(t, "AXON_FAILOVER_KILLS", 3)
-	c := startCluster(t, newEngine(t), 3)
+	killLeaders(t, startCluster(t, newEngine(t), 3), envInt(t, "AXON_FAILOVER_KILLS", 3))
+}
+
+// killLeaders kills the leader of c under load kills times, restarting
+// each victim, and checks the history.
+func killLeaders(t *testing.T, c *testCluster, kills int) {
 	ld := startLoad(t, c)
 	ld.awaitWrites(ld.now(), 150)
 	for k := range kills {

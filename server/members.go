@@ -32,16 +32,11 @@ type presence struct {
 	Instance   string   `json:"instance"` // the ID in the election record
 	MemberID   uint64   `json:"member_id"`
 	ClientURLs []string `json:"client_urls"`
+	PeerURLs   []string `json:"peer_urls,omitempty"`
 	Expires    int64    `json:"expires"` // unix nanoseconds
 }
 
-func (p presence) addr() string {
-	if len(p.ClientURLs) == 0 {
-		return ""
-	}
-	a, _ := HostPort(p.ClientURLs[0])
-	return a
-}
+func (p presence) addr() string { return peerAddr(p.PeerURLs, p.ClientURLs) }
 
 // announce writes this instance's presence every renewal until the
 // server closes, then removes it.
@@ -67,7 +62,7 @@ func (s *Server) announce() {
 
 func (s *Server) writePresence(ctx context.Context, remove bool) error {
 	s.mu.Lock()
-	p := presence{Name: s.cfg.Name, Instance: s.id, MemberID: s.cfg.MemberID, ClientURLs: s.cfg.ClientURLs,
+	p := presence{Name: s.cfg.Name, Instance: s.id, MemberID: s.cfg.MemberID, ClientURLs: s.cfg.ClientURLs, PeerURLs: s.cfg.PeerURLs,
 		Expires: time.Now().Add(presenceTTL * s.mcfg.Lease).UnixNano()}
 	s.mu.Unlock()
 	txn, err := s.eng.Begin(ctx)
@@ -148,21 +143,22 @@ func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 	}
 	resp := &pb.MemberListResponse{Header: c.s.header(c.s.committed())}
 	c.s.mu.Lock()
-	urls := c.s.cfg.ClientURLs
+	urls, peerURLs := c.s.cfg.ClientURLs, c.s.cfg.PeerURLs
 	c.s.mu.Unlock()
 	seen := false
 	for _, p := range ms {
 		if p.MemberID == c.s.cfg.MemberID {
 			// This instance's own URLs are the ones it holds now: the
 			// record may predate SetClientURLs.
-			p.ClientURLs, seen = urls, true
+			p.ClientURLs, p.PeerURLs, seen = urls, peerURLs, true
 		}
-		// No peer URLs: instances share an engine, not a raft log.
-		resp.Members = append(resp.Members, &pb.Member{ID: p.MemberID, Name: p.Name, ClientURLs: p.ClientURLs})
+		// Peer URLs are where instances forward to each other (they
+		// share an engine, not a raft log).
+		resp.Members = append(resp.Members, &pb.Member{ID: p.MemberID, Name: p.Name, ClientURLs: p.ClientURLs, PeerURLs: p.PeerURLs})
 	}
 	if !seen {
 		// Not announced yet (just started): list this instance anyway.
-		resp.Members = append(resp.Members, &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls})
+		resp.Members = append(resp.Members, &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls, PeerURLs: peerURLs})
 	}
 	return resp, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -93,7 +94,11 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := p.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if p.s.cfg.PeerTLS != nil {
+		creds = credentials.NewTLS(p.s.cfg.PeerTLS)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
 	if err != nil {
 		return nil, fmt.Errorf("dial leader %s: %w", addr, err)

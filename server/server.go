@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,9 +36,16 @@ type Config struct {
 	// (renewals, campaigns, lease expiry); it also moves before every
 	// request.
 	TickInterval time.Duration
-	// ClientURLs are advertised in MemberList; the first one's host:port
-	// is where other instances forward to this one.
+	// ClientURLs are advertised in MemberList; without PeerURLs, the
+	// first one's host:port is where other instances forward to this one.
 	ClientURLs []string
+	// PeerURLs, when set, are where other instances reach this one
+	// (etcd's --initial-advertise-peer-urls): a listener of its own,
+	// typically with peer TLS. The first one's host:port is used.
+	PeerURLs []string
+	// PeerTLS is how this instance dials the others (forwarding, read
+	// index, proxied streams, handover); nil dials in plaintext.
+	PeerTLS *tls.Config
 	// MaxRequestBytes bounds a write request's size (etcd's
 	// --max-request-bytes; default 1.5 MiB).
 	MaxRequestBytes int
@@ -384,7 +392,12 @@ func (s *Server) SetClientURLs(urls []string) {
 	defer s.mu.Unlock()
 	s.cfg.ClientURLs = urls
 	s.member.SetAddr(s.advertised())
-	// Announce the new URLs now rather than at the next renewal.
+	s.announceNow()
+}
+
+// announceNow writes this instance's presence now rather than at the
+// next renewal. s.mu is held.
+func (s *Server) announceNow() {
 	s.work.Add(1)
 	go func() {
 		defer s.work.Done()
@@ -392,12 +405,32 @@ func (s *Server) SetClientURLs(urls []string) {
 	}()
 }
 
+// SetPeerURLs is SetClientURLs for the URLs other instances reach this
+// one at.
+func (s *Server) SetPeerURLs(urls []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.PeerURLs = urls
+	s.member.SetAddr(s.advertised())
+	s.announceNow()
+}
+
 // advertised is the host:port other instances reach this one at.
 func (s *Server) advertised() string {
-	if len(s.cfg.ClientURLs) == 0 {
+	return peerAddr(s.cfg.PeerURLs, s.cfg.ClientURLs)
+}
+
+// peerAddr is the host:port of the first peer URL, or else of the first
+// client URL.
+func peerAddr(peerURLs, clientURLs []string) string {
+	urls := peerURLs
+	if len(urls) == 0 {
+		urls = clientURLs
+	}
+	if len(urls) == 0 {
 		return ""
 	}
-	addr, err := HostPort(s.cfg.ClientURLs[0])
+	addr, err := HostPort(urls[0])
 	if err != nil {
 		return ""
 	}

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,7 +21,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
@@ -46,7 +47,8 @@ func rootCmd() *cobra.Command {
 }
 
 type serveFlags struct {
-	listenClient, advertiseClient, listenMetrics string
+	listenClient, advertiseClient, listenMetrics []string
+	listenPeer, advertisePeer                    []string
 	dataDir, name                                string
 	maxRequestBytes                              int
 	maxTxnOps                                    int
@@ -60,7 +62,8 @@ type serveFlags struct {
 	keepAlive                                    server.KeepAlive
 	quota                                        server.Quota
 	maxStreams                                   uint32
-	tls                                          tlsFlags
+	clientTLS, peerTLS                           tlsFlags
+	tlsVersions                                  tlsVersions
 }
 
 func serveCmd() *cobra.Command {
@@ -71,17 +74,18 @@ func serveCmd() *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listenClient, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on")
-	fl.StringVar(&f.advertiseClient, "advertise-client-urls", "", "client URL to advertise (default: the listen URL)")
-	fl.StringVar(&f.listenMetrics, "listen-metrics-urls", "http://127.0.0.1:2381", "URL to serve /health, /readyz and /metrics on")
+	fl.StringSliceVar(&f.listenClient, "listen-client-urls", []string{"http://127.0.0.1:2379"}, "URLs to serve clients on (gRPC and the JSON gateway), comma-separated; http and https may be mixed")
+	fl.StringSliceVar(&f.advertiseClient, "advertise-client-urls", nil, "client URLs to advertise (default: the listen URLs)")
+	fl.StringSliceVar(&f.listenMetrics, "listen-metrics-urls", []string{"http://127.0.0.1:2381"}, "URLs to serve /health, /readyz and /metrics on (https uses the client TLS flags)")
+	fl.StringSliceVar(&f.listenPeer, "listen-peer-urls", nil, "URLs other instances forward to (default: none, they use the client URLs); https uses the peer TLS flags")
+	fl.StringSliceVar(&f.advertisePeer, "initial-advertise-peer-urls", nil, "peer URLs to advertise (default: the listen peer URLs)")
 	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
-	fl.StringVar(&f.tls.certFile, "cert-file", "", "certificate of the https client listener (PEM)")
-	fl.StringVar(&f.tls.keyFile, "key-file", "", "key of --cert-file (PEM)")
-	fl.StringVar(&f.tls.trustedCA, "trusted-ca-file", "", "CA bundle that client certificates must chain to (PEM)")
-	fl.BoolVar(&f.tls.clientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
+	f.clientTLS.register(fl, "client")
+	f.peerTLS.register(fl, "peer")
+	f.tlsVersions.register(fl)
 	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
@@ -137,26 +141,9 @@ func autoCompaction(mode, retention string) (server.AutoCompaction, error) {
 
 func serve(ctx context.Context, f serveFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	clientAddr, err := server.HostPort(f.listenClient)
+	tl, err := f.listenTLS()
 	if err != nil {
 		return err
-	}
-	metricsAddr, err := server.HostPort(f.listenMetrics)
-	if err != nil {
-		return err
-	}
-	var creds grpc.ServerOption
-	if strings.HasPrefix(f.listenClient, "https://") {
-		if f.store != "badger" {
-			// Followers forward to the leader at its advertised URL; they
-			// would need peer TLS, which Axon does not have yet.
-			return fmt.Errorf("https client URLs need --store badger for now (no peer TLS yet)")
-		}
-		cfg, err := f.tls.config()
-		if err != nil {
-			return err
-		}
-		creds = grpc.Creds(credentials.NewTLS(cfg))
 	}
 	ac, err := autoCompaction(f.autoCompactionMode, f.autoCompactionRetention)
 	if err != nil {
@@ -168,12 +155,18 @@ func serve(ctx context.Context, f serveFlags) error {
 		ready atomic.Bool
 		srvP  atomic.Pointer[server.Server]
 	)
-	hs := &http.Server{Addr: metricsAddr, Handler: withPprof(metricsMux(&ready, &srvP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics listener", "err", err)
-		}
-	}()
+	hs := &http.Server{Handler: withPprof(metricsMux(&ready, &srvP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
+	metricsLis, err := listenAll(f.listenMetrics, tl.client)
+	if err != nil {
+		return err
+	}
+	for _, lis := range metricsLis {
+		go func() {
+			if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics listener", "err", err)
+			}
+		}()
+	}
 	defer hs.Close()
 	eng, exclusive, err := openEngine(ctx, f, log)
 	if err != nil {
@@ -181,13 +174,17 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	defer eng.Close()
 	adv := f.advertiseClient
-	if adv == "" {
+	if len(adv) == 0 {
 		adv = f.listenClient
+	}
+	advPeer := f.advertisePeer
+	if len(advPeer) == 0 {
+		advPeer = f.listenPeer
 	}
 	srv, err := server.New(server.Config{
 		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
-		Name: f.name, ClientURLs: []string{adv}, Logger: log, ProgressNotifyInterval: f.progressNotify,
+		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams,
 	}, eng)
 	if err != nil {
@@ -195,15 +192,17 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	defer srv.Close()
 	srvP.Store(srv)
-	lis, err := net.Listen("tcp", clientAddr)
+	clientLis, err := listenAll(f.listenClient, tl.client)
 	if err != nil {
 		return err
 	}
-	opts := srv.ServerOptions()
-	if creds != nil {
-		opts = append(opts, creds)
+	peerLis, err := listenAll(f.listenPeer, tl.peer)
+	if err != nil {
+		return err
 	}
-	g := grpc.NewServer(opts...)
+	// Clients and peers are served by one gRPC server: peers call the
+	// same services (a forwarded call is marked as such) and the peer one.
+	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -229,9 +228,82 @@ func serve(ctx context.Context, f serveFlags) error {
 			g.Stop()
 		}
 	}()
-	log.Info("serving", "client", clientAddr, "metrics", metricsAddr, "data-dir", f.dataDir)
+	log.Info("serving", "client", f.listenClient, "peer", f.listenPeer, "metrics", f.listenMetrics, "data-dir", f.dataDir)
 	ready.Store(true)
-	return g.Serve(lis)
+	errc := make(chan error, len(clientLis)+len(peerLis))
+	for _, lis := range append(clientLis, peerLis...) {
+		go func() { errc <- g.Serve(lis) }()
+	}
+	return <-errc
+}
+
+// listening is the TLS of each kind of listener (nil: plaintext) and of
+// this instance's calls to the others.
+type listening struct {
+	client, peer, dial *tls.Config
+}
+
+// listenTLS makes the TLS configurations the URLs need: https client or
+// metrics URLs take the client flags, https peer URLs the peer flags.
+// Instances dial each other with the peer flags, or, without peer URLs,
+// at the client URLs with the client flags.
+func (f serveFlags) listenTLS() (listening, error) {
+	var l listening
+	if anyHTTPS(f.listenClient) || anyHTTPS(f.listenMetrics) {
+		info, err := f.clientTLS.info("client", f.dataDir, f.listenClient, f.tlsVersions)
+		if err != nil {
+			return l, err
+		}
+		if l.client, err = serverTLS(info); err != nil {
+			return l, err
+		}
+		if len(f.listenPeer) == 0 && anyHTTPS(f.listenClient) {
+			if l.dial, err = clientTLS(info); err != nil {
+				return l, err
+			}
+		}
+	}
+	if anyHTTPS(f.listenPeer) {
+		info, err := f.peerTLS.info("peer", f.dataDir, f.listenPeer, f.tlsVersions)
+		if err != nil {
+			return l, err
+		}
+		if l.peer, err = serverTLS(info); err != nil {
+			return l, err
+		}
+		if l.dial, err = clientTLS(info); err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+func anyHTTPS(urls []string) bool {
+	return slices.ContainsFunc(urls, func(u string) bool { return strings.HasPrefix(u, "https://") })
+}
+
+// listenAll listens on every URL; https ones hand out TLS connections
+// (the handshake runs in the connection's own goroutine).
+func listenAll(urls []string, cfg *tls.Config) ([]net.Listener, error) {
+	var out []net.Listener
+	for _, u := range urls {
+		addr, err := server.HostPort(u)
+		if err != nil {
+			return nil, err
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range out {
+				l.Close()
+			}
+			return nil, err
+		}
+		if strings.HasPrefix(u, "https://") {
+			lis = tls.NewListener(lis, cfg)
+		}
+		out = append(out, lis)
+	}
+	return out, nil
 }
 
 // openEngine opens the engine --store names; exclusive says no other
