@@ -1,15 +1,19 @@
 package conformance
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -17,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
 	"github.com/axon-kv/axon/storage/tikv"
@@ -40,16 +45,22 @@ type backend struct {
 
 var backends = []backend{
 	{name: "axon", start: startAxon},
+	{name: "axon-mtls", start: startAxonMTLS},
 	{name: "axon-tikv-follower", start: startAxonFollower},
 	{name: "etcd", start: startEtcd},
 }
 
 func newClient(t testing.TB, endpoint string) *kubernetes.Client {
+	return newTLSClient(t, endpoint, nil)
+}
+
+func newTLSClient(t testing.TB, endpoint string, cfg *tls.Config) *kubernetes.Client {
 	t.Helper()
 	c, err := kubernetes.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
 		DialTimeout: 10 * time.Second,
 		Logger:      zap.NewNop(),
+		TLS:         cfg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +71,37 @@ func newClient(t testing.TB, endpoint string) *kubernetes.Client {
 // startAxon runs an Axon server over Badger in a fresh directory on a
 // loopback port chosen by the OS.
 func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
+	t.Helper()
+	return startAxonTLS(t, opts, nil)
+}
+
+// etcdctlTLS holds, per client of the mTLS backend, the etcdctl flags
+// that name its certificate files.
+var etcdctlTLS sync.Map // *kubernetes.Client → []string
+
+// startAxonMTLS is startAxon behind mutual TLS, configured as etcd's
+// --cert-file, --key-file, --trusted-ca-file and --client-cert-auth are
+// (etcd's transport.TLSInfo); the client presents a certificate of the
+// trusted CA.
+func startAxonMTLS(t testing.TB, opts backendOptions) *kubernetes.Client {
+	t.Helper()
+	ca := testpki.NewCA(t, "conformance-ca")
+	srvCert, srvKey := ca.Issue(t, 10, x509.ExtKeyUsageServerAuth)
+	cliCert, cliKey := ca.Issue(t, 11, x509.ExtKeyUsageClientAuth)
+	dir := testpki.WriteFiles(t, t.TempDir(), map[string][]byte{"ca.pem": ca.PEM, "server.pem": srvCert, "server-key.pem": srvKey,
+		"client.pem": cliCert, "client-key.pem": cliKey})
+	file := func(name string) string { return filepath.Join(dir, name) }
+	srvInfo := transport.TLSInfo{CertFile: file("server.pem"), KeyFile: file("server-key.pem"), TrustedCAFile: file("ca.pem"), ClientCertAuth: true}
+	cliInfo := transport.TLSInfo{CertFile: file("client.pem"), KeyFile: file("client-key.pem"), TrustedCAFile: file("ca.pem")}
+	c := startAxonTLS(t, opts, &tlsPair{server: srvInfo, client: cliInfo})
+	etcdctlTLS.Store(c, []string{"--cacert=" + file("ca.pem"), "--cert=" + file("client.pem"), "--key=" + file("client-key.pem")})
+	return c
+}
+
+// tlsPair is the server's and the client's side of a TLS backend.
+type tlsPair struct{ server, client transport.TLSInfo }
+
+func startAxonTLS(t testing.TB, opts backendOptions, tp *tlsPair) *kubernetes.Client {
 	t.Helper()
 	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
 	if err != nil {
@@ -81,9 +123,22 @@ func startAxon(t testing.TB, opts backendOptions) *kubernetes.Client {
 	}
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
+	scheme := "http"
+	var cliTLS *tls.Config
+	if tp != nil {
+		scheme = "https"
+		scfg, err := tp.server.ServerConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cliTLS, err = tp.client.ClientConfig(); err != nil {
+			t.Fatal(err)
+		}
+		lis = tls.NewListener(lis, scfg)
+	}
 	go func() { _ = g.Serve(lis) }()
-	srv.SetClientURLs([]string{"http://" + lis.Addr().String()})
-	c := newClient(t, lis.Addr().String())
+	srv.SetClientURLs([]string{scheme + "://" + lis.Addr().String()})
+	c := newTLSClient(t, lis.Addr().String(), cliTLS)
 	t.Cleanup(func() {
 		c.Close()
 		g.Stop()
