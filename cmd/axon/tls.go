@@ -38,7 +38,7 @@ func (f *tlsFlags) register(fl *pflag.FlagSet, side string) {
 	fl.StringVar(&f.keyFile, prefix+"key-file", "", "key of --"+prefix+"cert-file (PEM)")
 	fl.StringVar(&f.trustedCA, prefix+"trusted-ca-file", "", "CA bundle that "+who+" certificates must chain to (PEM)")
 	fl.BoolVar(&f.clientCertAuth, prefix+"client-cert-auth", false, "require a "+who+" certificate signed by --"+prefix+"trusted-ca-file")
-	fl.StringVar(&f.crlFile, who+"-crl-file", "", "certificate revocation list (PEM or DER): "+who+" certificates it names are refused (read at every handshake)")
+	fl.StringVar(&f.crlFile, who+"-crl-file", "", "certificate revocation list (DER): "+who+" certificates it names are refused (read at every handshake)")
 	fl.BoolVar(&f.autoTLS, prefix+"auto-tls", false, "serve https "+who+" URLs with a generated self-signed certificate when no --"+prefix+"cert-file is given")
 }
 
