@@ -10,11 +10,13 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
 type etcdRefFlags struct {
 	dataDir, listenClient, listenPeer, logFile string
+	certFile, keyFile                          string
 }
 
 // etcdRefCmd runs a real etcd (embedded, etcd's defaults, one member) as
@@ -35,6 +37,8 @@ func etcdRefCmd() *cobra.Command {
 	fl.StringVar(&f.listenClient, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on")
 	fl.StringVar(&f.listenPeer, "listen-peer-urls", "http://127.0.0.1:2380", "URL of the (single) peer listener; keep it across restarts")
 	fl.StringVar(&f.logFile, "log-file", "stderr", "where etcd's log goes")
+	fl.StringVar(&f.certFile, "cert-file", "", "certificate of an https client URL")
+	fl.StringVar(&f.keyFile, "key-file", "", "key of --cert-file")
 	return cmd
 }
 
@@ -60,6 +64,7 @@ func runEtcdRef(ctx context.Context, f etcdRefFlags) error {
 	cfg.AdvertisePeerUrls = []url.URL{*peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogOutputs = []string{f.logFile}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: f.certFile, KeyFile: f.keyFile}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	e, err := embed.StartEtcd(cfg)

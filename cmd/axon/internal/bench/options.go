@@ -68,6 +68,9 @@ type Options struct {
 	// CPUProfileDir, if set, receives a CPU profile of the Axon server per
 	// write workload (the server must serve /debug/pprof).
 	CPUProfileDir string
+	// TLS serves both systems' clients over TLS (a self-signed certificate
+	// made for the run) and has the clients dial them so.
+	TLS bool
 
 	// Log receives progress lines; nil discards them.
 	Log *slog.Logger `json:"-"`

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -27,16 +30,18 @@ type system struct {
 var systems = map[string]system{
 	"axon": {name: "axon", args: func(s *server) []string {
 		a := []string{"serve", "--data-dir", s.dir,
-			"--listen-client-urls", "http://" + s.client, "--listen-metrics-urls", "http://" + s.metrics}
+			"--listen-client-urls", s.clientURL(), "--listen-metrics-urls", "http://" + s.metrics}
+		a = append(a, s.tlsArgs()...)
 		if s.pprof {
 			a = append(a, "--enable-pprof")
 		}
 		return a
 	}},
 	"etcd": {name: "etcd", args: func(s *server) []string {
-		return []string{"etcd-reference", "--data-dir", s.dir,
-			"--listen-client-urls", "http://" + s.client, "--listen-peer-urls", "http://" + s.peer,
+		a := []string{"etcd-reference", "--data-dir", s.dir,
+			"--listen-client-urls", s.clientURL(), "--listen-peer-urls", "http://" + s.peer,
 			"--log-file", s.logPath}
+		return append(a, s.tlsArgs()...)
 	}},
 }
 
@@ -47,6 +52,7 @@ type server struct {
 	bin, dir, logPath     string
 	client, peer, metrics string
 	pprof                 bool
+	tls                   *tlsFiles // nil: plaintext
 
 	cmd    *exec.Cmd
 	logf   *os.File
@@ -54,8 +60,8 @@ type server struct {
 	err    error // of Wait, once exited is closed
 }
 
-func newServer(bin string, sys system, dir string, pprof bool) (*server, error) {
-	s := &server{sys: sys, bin: bin, dir: dir, logPath: dir + ".log", pprof: pprof}
+func newServer(bin string, sys system, dir string, pprof bool, tf *tlsFiles) (*server, error) {
+	s := &server{sys: sys, bin: bin, dir: dir, logPath: dir + ".log", pprof: pprof, tls: tf}
 	for _, p := range []*string{&s.client, &s.peer, &s.metrics} {
 		a, err := freeAddr()
 		if err != nil {
@@ -143,7 +149,7 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 			return err
 		}
 	}
-	cli, err := dial(s.client)
+	cli, err := s.dial()
 	if err != nil {
 		return err
 	}
@@ -202,14 +208,50 @@ func (s *server) logTail() string {
 	return string(b)
 }
 
-func dial(addr string) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
+func (s *server) dial() (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: []string{s.client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if s.tls != nil {
+		cfg.TLS = s.tls.client
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", addr, err)
+		return nil, fmt.Errorf("client for %s: %w", s.client, err)
 	}
 	return cli, nil
+}
+
+// clientURL is the URL the server listens for clients at.
+func (s *server) clientURL() string {
+	if s.tls != nil {
+		return "https://" + s.client
+	}
+	return "http://" + s.client
+}
+
+func (s *server) tlsArgs() []string {
+	if s.tls == nil {
+		return nil
+	}
+	return []string{"--cert-file", s.tls.cert, "--key-file", s.tls.key}
+}
+
+// tlsFiles is the run's self-signed certificate (etcd's SelfCert, as
+// --auto-tls makes) and the client side that trusts it.
+type tlsFiles struct {
+	cert, key string
+	client    *tls.Config
+}
+
+func newTLSFiles(dir string) (*tlsFiles, error) {
+	info, err := transport.SelfCert(zap.NewNop(), dir, []string{"127.0.0.1:0"}, 1) // host:port, as etcd passes
+	if err != nil {
+		return nil, fmt.Errorf("make a certificate: %w", err)
+	}
+	pool, err := tlsutil.NewCertPool([]string{info.CertFile})
+	if err != nil {
+		return nil, fmt.Errorf("read the certificate: %w", err)
+	}
+	return &tlsFiles{cert: info.CertFile, key: info.KeyFile, client: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, nil
 }
 
 // userHZ is the unit of the times in /proc/<pid>/stat; Linux fixes it at

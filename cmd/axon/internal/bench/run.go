@@ -52,10 +52,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("make profile dir: %w", err)
 		}
 	}
-	log.Info("bench", "work-dir", work, "systems", o.Systems, "workloads", o.Workloads, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
+	var tf *tlsFiles
+	if o.TLS {
+		var err error
+		if tf, err = newTLSFiles(filepath.Join(work, "tls")); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("bench", "work-dir", work, "tls", o.TLS, "systems", o.Systems, "workloads", o.Workloads, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
 	for _, name := range o.Systems {
 		r := &runner{o: o, sys: systems[name], log: log.With("system", name), rep: rep,
-			dir: filepath.Join(work, name), loaded: map[int]*server{}}
+			dir: filepath.Join(work, name), loaded: map[int]*server{}, tls: tf}
 		err := r.run(ctx)
 		if cerr := r.cleanup(); err == nil {
 			err = cerr
@@ -77,6 +84,7 @@ type runner struct {
 	servers []*server
 	// loaded holds stopped servers with that many keys, for restart.
 	loaded map[int]*server
+	tls    *tlsFiles
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -104,7 +112,7 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 func (r *runner) newServer(name string) (*server, error) {
-	s, err := newServer(r.o.Binary, r.sys, filepath.Join(r.dir, name), r.sys.name == "axon" && r.o.CPUProfileDir != "")
+	s, err := newServer(r.o.Binary, r.sys, filepath.Join(r.dir, name), r.sys.name == "axon" && r.o.CPUProfileDir != "", r.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -151,10 +159,10 @@ func (r *runner) alive(s *server) error {
 	return fmt.Errorf("%s exited (%v); log %s:\n%s", r.sys.name, s.err, s.logPath, s.logTail())
 }
 
-func dialN(addr string, n int) ([]*clientv3.Client, error) {
+func dialN(s *server, n int) ([]*clientv3.Client, error) {
 	var clis []*clientv3.Client
 	for range n {
-		c, err := dial(addr)
+		c, err := s.dial()
 		if err != nil {
 			closeAll(clis)
 			return nil, err
@@ -180,7 +188,7 @@ func (r *runner) launch(ctx context.Context, name string) (*server, []*clientv3.
 	if err := r.startReady(ctx, s); err != nil {
 		return nil, nil, err
 	}
-	clis, err := dialN(s.client, r.o.Conns)
+	clis, err := dialN(s, r.o.Conns)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -26,7 +26,7 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 	events := r.o.WatchEvents
 	// Watchers get connections of their own, so that the writer's requests
 	// do not queue behind their streams.
-	wclis, err := dialN(s.client, min(r.o.Conns, n))
+	wclis, err := dialN(s, min(r.o.Conns, n))
 	if err != nil {
 		return err
 	}
