@@ -41,7 +41,7 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 		errs = append(errs, (&pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}).String())
 	}
 	return &pb.StatusResponse{
-		DbSize: size, DbSizeInUse: size, Errors: errs,
+		DbSize: size, DbSizeInUse: size, DbSizeQuota: max(m.s.space.quota(), 0), Errors: errs, DowngradeInfo: &pb.DowngradeInfo{},
 		Header: m.s.header(c), Version: Version, Leader: m.s.leaderID(ctx),
 		RaftIndex: uint64(c), RaftTerm: uint64(max(term, 1)), RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
 	}, nil

@@ -141,7 +141,8 @@ func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	resp := &pb.MemberListResponse{Header: c.s.header(c.s.committed())}
+	// etcd's cluster answers carry no revision.
+	resp := &pb.MemberListResponse{Header: c.s.header(0)}
 	c.s.mu.Lock()
 	urls, peerURLs := c.s.cfg.ClientURLs, c.s.cfg.PeerURLs
 	c.s.mu.Unlock()
@@ -152,15 +153,24 @@ func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 			// record may predate SetClientURLs.
 			p.ClientURLs, p.PeerURLs, seen = urls, peerURLs, true
 		}
-		// Peer URLs are where instances forward to each other (they
-		// share an engine, not a raft log).
-		resp.Members = append(resp.Members, &pb.Member{ID: p.MemberID, Name: p.Name, ClientURLs: p.ClientURLs, PeerURLs: p.PeerURLs})
+		resp.Members = append(resp.Members, member(p.MemberID, p.Name, p.ClientURLs, p.PeerURLs))
 	}
 	if !seen {
 		// Not announced yet (just started): list this instance anyway.
-		resp.Members = append(resp.Members, &pb.Member{ID: c.s.cfg.MemberID, Name: c.s.cfg.Name, ClientURLs: urls, PeerURLs: peerURLs})
+		resp.Members = append(resp.Members, member(c.s.cfg.MemberID, c.s.cfg.Name, urls, peerURLs))
 	}
 	return resp, nil
+}
+
+// member is an instance as MemberList shows it. Peer URLs are where
+// instances forward to each other (they share an engine, not a raft
+// log); without any, they reach each other at the client URLs, and
+// those are listed, since etcd always lists peer URLs.
+func member(id uint64, name string, clientURLs, peerURLs []string) *pb.Member {
+	if len(peerURLs) == 0 {
+		peerURLs = clientURLs
+	}
+	return &pb.Member{ID: id, Name: name, ClientURLs: clientURLs, PeerURLs: peerURLs}
 }
 
 // errNoSuccessor: a transfer found no other live instance.

@@ -3,8 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,10 +11,10 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/etcdtest"
 	"github.com/axon-kv/axon/server"
 )
 
@@ -223,41 +221,14 @@ func render[KV interface{ String() string }](kvs []KV, count int64, more bool) s
 	return fmt.Sprintf("count=%d more=%v %s", count, more, strings.Join(parts, " "))
 }
 
-// startEtcd starts an embedded etcd 3.7.3 on ports of the OS's.
+// startEtcd starts an embedded etcd 3.7.3 and dials it.
 func startEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	client, peer := freeURL(t), freeURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd not ready")
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client.Host}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	u := etcdtest.Start(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{u.Host}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// freeURL returns an http URL on a loopback port the OS just handed out.
-func freeURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
 }

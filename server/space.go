@@ -62,17 +62,21 @@ func (sp *space) used() (int64, error) {
 	return 0, nil
 }
 
+// quota is the quota in bytes, etcd's default for 0; negative: none.
+func (sp *space) quota() int64 {
+	if sp.q.Bytes == 0 {
+		return DefaultQuotaBytes
+	}
+	return sp.q.Bytes
+}
+
 // exceeded says why NOSPACE must be raised, or "" if it need not.
 func (sp *space) exceeded() (string, error) {
 	used, err := sp.used()
 	if err != nil {
 		return "", err
 	}
-	quota := sp.q.Bytes
-	if quota == 0 {
-		quota = DefaultQuotaBytes
-	}
-	if quota > 0 && used > quota {
+	if quota := sp.quota(); quota > 0 && used > quota {
 		return fmt.Sprintf("data takes %d bytes, quota %d", used, quota), nil
 	}
 	if sp.q.Dir == "" || sp.q.MinFree < 0 {

@@ -174,7 +174,10 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			// A client that closes its side still gets its events, as
+			// from etcd (the JSON gateway closes it after the request).
+			<-stream.Context().Done()
+			return stream.Context().Err()
 		}
 		if err != nil {
 			return err

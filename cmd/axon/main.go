@@ -152,10 +152,11 @@ func serve(ctx context.Context, f serveFlags) error {
 	// The metrics listener comes up first so that /readyz answers 503
 	// while the engine opens and the node recovers.
 	var (
-		ready atomic.Bool
-		srvP  atomic.Pointer[server.Server]
+		ready   atomic.Bool
+		srvP    atomic.Pointer[server.Server]
+		healthP atomic.Pointer[http.HandlerFunc]
 	)
-	hs := &http.Server{Handler: withPprof(metricsMux(&ready, &srvP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: withPprof(metricsMux(&ready, &srvP, &healthP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
 	metricsLis, err := listenAll(f.listenMetrics, tl.client)
 	if err != nil {
 		return err
@@ -204,9 +205,23 @@ func serve(ctx context.Context, f serveFlags) error {
 	// same services (a forwarded call is marked as such) and the peer one.
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
+	lb, err := newLoopback(g)
+	if err != nil {
+		return err
+	}
+	defer lb.Close()
+	gateway, err := gatewayMux(ctx, lb.conn)
+	if err != nil {
+		return err
+	}
+	healthH := serveHealth(lb.conn)
+	healthP.Store(&healthH)
+	hc := clientHTTPServer(clientHTTP(gateway, hs.Handler))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		log.Info("shutting down")
 		ready.Store(false)
@@ -217,6 +232,8 @@ func serve(ctx context.Context, f serveFlags) error {
 			log.Warn("leadership handoff", "err", err)
 		}
 		cancel()
+		// HTTP streams (gateway watches) are cut with their connections.
+		hc.Close()
 		// Let unary calls finish; watch streams never end on their own,
 		// so after a grace period the rest is cut (clients reconnect and
 		// resume from their revision).
@@ -231,10 +248,18 @@ func serve(ctx context.Context, f serveFlags) error {
 	log.Info("serving", "client", f.listenClient, "peer", f.listenPeer, "metrics", f.listenMetrics, "data-dir", f.dataDir)
 	ready.Store(true)
 	errc := make(chan error, len(clientLis)+len(peerLis))
-	for _, lis := range append(clientLis, peerLis...) {
+	for _, lis := range clientLis {
+		go func() { errc <- serveClient(lis, g, hc) }()
+	}
+	for _, lis := range peerLis {
 		go func() { errc <- g.Serve(lis) }()
 	}
-	return <-errc
+	err = <-errc
+	if ctx.Err() != nil {
+		<-stopped
+		return nil
+	}
+	return err
 }
 
 // listening is the TLS of each kind of listener (nil: plaintext) and of
@@ -333,18 +358,19 @@ func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.En
 
 // metricsMux serves /health, /readyz and /metrics. /readyz is 200 once
 // ready is set (the node has recovered and the client listener is bound)
-// and 503 before that and once shutdown begins; /metrics serves the
-// server's registry once it exists.
-func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server]) *http.ServeMux {
+// and 503 before that and once shutdown begins; /health is etcd's check
+// (health) once ready; /metrics serves the server's registry once it
+// exists.
+func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], health *atomic.Pointer[http.HandlerFunc]) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if !ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, `{"health":"false","reason":"not serving"}`)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		if h := health.Load(); h != nil && ready.Load() {
+			(*h)(w, r)
 			return
 		}
-		fmt.Fprintln(w, `{"health":"true","reason":""}`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, `{"health":"false","reason":"not serving"}`)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
