@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 )
@@ -100,7 +101,7 @@ var errNotLeading = errors.New("axon: this instance is not the leader")
 
 // errLeaderChanged answers calls that were in flight when this instance
 // stopped leading: they may or may not have been applied.
-var errLeaderChanged = errors.New("etcdserver: leader changed")
+var errLeaderChanged = driver.ErrLeaderChanged
 
 // Server is the real-time driver of core: it serialises calls into one
 // core.Member (and the Node it holds while leading), runs the engine work
@@ -112,13 +113,12 @@ type Server struct {
 	log *slog.Logger
 	id  string // this incarnation's name in the election record
 
-	mu     sync.Mutex // guards member, waiters, streams and delivery order
+	mu     sync.Mutex // guards member, streams and delivery order
 	member *core.Member
+	drv    *driver.Driver
 	// mcfg is the member's configuration with defaults, read without
 	// the lock (only its Addr changes later, and nothing here reads it).
 	mcfg    core.MemberConfig
-	nextID  core.RequestID
-	waiters map[core.RequestID]chan core.Response
 	watches map[core.WatchID]*watchStream
 	nextW   core.WatchID
 
@@ -161,8 +161,8 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
-		waiters: map[core.RequestID]chan core.Response{}, watches: map[core.WatchID]*watchStream{},
-		ctx: ctx, cancel: cancel,
+		watches: map[core.WatchID]*watchStream{},
+		ctx:     ctx, cancel: cancel,
 	}
 	s.member = core.NewMember(core.MemberConfig{
 		ID: s.id, Addr: s.advertised(), Lease: cfg.Lease, RenewEvery: cfg.RenewEvery,
@@ -170,6 +170,16 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		LeaseTickEvery: 50 * time.Millisecond, Node: cfg.Core,
 	})
 	s.mcfg = s.member.Config()
+	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Clock: wallClock{s}, Exec: executor{s},
+		Hooks: driver.Hooks{
+			Watch: func(n *core.Node, wr core.WatchResponse) {
+				if ws := s.watches[wr.ID]; ws != nil {
+					ws.deliver(n, wr)
+				}
+			},
+			RoleChanged: func(*core.Member) { s.roleChanged() },
+			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
+		}})
 	s.metrics = newMetrics(s)
 	s.compact = newCompactor(s)
 	s.space = &space{q: cfg.Quota}
@@ -226,64 +236,36 @@ func (s *Server) Close() {
 	s.work.Wait()
 }
 
-// clock is the members' shared clock: wall time, since election records
-// written by one instance are read against another's clock (their drift
-// is bounded by MaxDrift).
-func (s *Server) clock() time.Duration { return time.Duration(time.Now().UnixNano()) }
+// wallClock is the members' shared clock: wall time, since election
+// records written by one instance are read against another's clock
+// (their drift is bounded by MaxDrift).
+type wallClock struct{ s *Server }
+
+func (wallClock) Now() time.Duration { return time.Duration(time.Now().UnixNano()) }
+
+func (s *Server) clock() time.Duration { return wallClock{}.Now() }
+
+// AfterFunc runs f after d unless the server closes first.
+func (c wallClock) AfterFunc(d time.Duration, f func()) {
+	c.s.work.Add(1)
+	go func() {
+		defer c.s.work.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-c.s.ctx.Done():
+		}
+	}()
+}
 
 // step ticks the member, runs fn against the node if this instance leads,
 // acts on the outputs and reports whether fn ran.
-func (s *Server) step(fn func(n *core.Node)) bool { return s.stepWith(nil, fn) }
+func (s *Server) step(fn func(n *core.Node)) bool { return s.drv.Step(nil, fn) }
 
 // stepMember runs fn against the member itself, then acts as step does.
-func (s *Server) stepMember(fn func(m *core.Member)) { s.stepWith(fn, nil) }
-
-// stepWith is step with a call into the member first (fm) and one into
-// the node (fn). What either makes the member emit is delivered before
-// the lock goes: outputs left pending across an unlock could be overtaken
-// by another step that enqueues directly (a progress notification would
-// then reach a watcher before the events it covers).
-func (s *Server) stepWith(fm func(m *core.Member), fn func(n *core.Node)) bool {
-	s.mu.Lock()
-	// The member sees the clock first: a leader whose lease ran out must
-	// step down before it hands out more work.
-	s.member.Tick(s.clock())
-	if fm != nil {
-		fm(s.member)
-	}
-	n := s.member.Node()
-	if n != nil && fn != nil {
-		fn(n)
-	}
-	rd := s.member.Ready()
-	// Deliver under the lock so that outputs of successive steps reach
-	// clients in the order the node produced them.
-	for _, r := range rd.Responses {
-		if ch := s.waiters[r.ID]; ch != nil {
-			delete(s.waiters, r.ID)
-			ch <- r
-		}
-	}
-	if n := s.member.Node(); n != nil {
-		for _, wr := range rd.WatchResponses {
-			if ws := s.watches[wr.ID]; ws != nil {
-				ws.deliver(n, wr)
-			}
-		}
-	}
-	if rd.RoleChanged {
-		s.roleChanged()
-	}
-	if rec := rd.HandedOff; rec != nil {
-		go s.peers.nudge(rec.Addr)
-	}
-	s.mu.Unlock()
-	for _, w := range rd.Work {
-		s.work.Add(1)
-		go s.run(w)
-	}
-	return n != nil
-}
+func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
 
 // roleChanged acts on a change of leadership; called with s.mu held.
 func (s *Server) roleChanged() {
@@ -299,10 +281,6 @@ func (s *Server) roleChanged() {
 	if role != core.Follower {
 		return
 	}
-	for id, ch := range s.waiters {
-		ch <- core.Response{ID: id, Err: errLeaderChanged}
-	}
-	clear(s.waiters)
 	for id, ws := range s.watches {
 		ws.stop()
 		delete(s.watches, id)
@@ -312,67 +290,46 @@ func (s *Server) roleChanged() {
 // describe renders the member for logs; called with s.mu held.
 func (s *Server) describe() string { return core.DescribeMember(s.member) }
 
-// backoff is how long to wait before attempt n of a work item.
-func backoff(attempt int) time.Duration {
-	if attempt == 0 {
-		return 0
-	}
-	return min(time.Duration(attempt)*5*time.Millisecond, time.Second)
+// executor runs work items on goroutines against the engine.
+type executor struct{ s *Server }
+
+func (e executor) Exec(d *driver.Driver, w *core.Work) {
+	s := e.s
+	s.work.Add(1)
+	go func() {
+		defer s.work.Done()
+		d.Done(w, s.run(w))
+	}()
 }
 
-// run executes one work item and reports it to the member (which drops
-// reports of work from a node it no longer holds).
-func (s *Server) run(w *core.Work) {
-	defer s.work.Done()
-	if d := backoff(w.Attempt); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-s.ctx.Done():
-			return
-		}
-	}
+// run executes one work item.
+func (s *Server) run(w *core.Work) driver.Result {
 	switch w.Kind {
 	case core.WorkCatchUp:
 		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, s.mcfg.Node.CatchUpBatch)
-		s.stepMember(func(m *core.Member) { m.CatchUpDone(w, evs, last, err) })
-		return
+		return driver.Result{Events: evs, Last: last, Err: err}
 	case core.WorkRecover:
 		st, err := exec.Recover(s.ctx, s.eng)
 		if err != nil {
 			s.log.Warn("recovery read failed", "err", err)
 		}
-		s.stepMember(func(m *core.Member) { m.Recovered(st, err) })
-		return
+		return driver.Result{State: st, Err: err}
 	}
 	// A commit must land within the engine deadline or not at all: that
 	// is what lets a new leader start safely (DESIGN §9).
 	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
 	defer cancel()
 	began := time.Now()
-	eff, out := exec.Run(ctx, s.eng, w, dealer{s})
+	eff, out := exec.Run(ctx, s.eng, w, s.drv)
 	s.metrics.observeRun(time.Since(began), out)
-	s.stepMember(func(m *core.Member) { m.Report(w, eff, out) })
-}
-
-// dealer deals undealt work under the server's lock.
-type dealer struct{ s *Server }
-
-func (d dealer) Deal(w *core.Work) error {
-	d.s.mu.Lock()
-	defer d.s.mu.Unlock()
-	return d.s.member.Deal(w)
+	return driver.Result{Effects: eff, Outcome: out}
 }
 
 // propose sends a request through the node and waits for its answer;
 // errNotLeading if this instance does not lead.
 func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.RequestID)) (core.Response, error) {
 	ch := make(chan core.Response, 1)
-	led := s.step(func(n *core.Node) {
-		s.nextID++
-		s.waiters[s.nextID] = ch
-		submit(n, s.nextID)
-	})
-	if !led {
+	if !s.drv.Propose(submit, func(r core.Response) { ch <- r }) {
 		return core.Response{}, errNotLeading
 	}
 	select {

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 )
 
 type opKind uint8
@@ -380,6 +381,8 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 	switch err {
 	case core.ErrNoLeader, core.ErrNotLeader, core.ErrRetriesExhausted:
 		cl.status = failed
+	case driver.ErrLeaderChanged:
+		cl.status = unknown // it may yet be applied
 	default:
 		cl.status = answered
 		if err != nil && cl.in.kind == opRange && !isEtcdError(err) {

@@ -65,8 +65,7 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	if nd == nil {
 		l := n.leader()
 		if l == nil || l == n || hops >= 2 || n.isolated {
-			n.member.Refresh()
-			n.process()
+			n.drv.Step(func(m *core.Member) { m.Refresh() }, nil)
 			n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) })
 			return
 		}

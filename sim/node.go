@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
@@ -22,13 +23,12 @@ type node struct {
 	name        string
 	incarnation int
 	member      *core.Member
+	drv         *driver.Driver
 	offset      time.Duration // clock offset from true virtual time
 	up          bool
 	pausedUntil time.Duration
 	isolated    bool
-	epoch       int // bumped by a crash: stale callbacks are dropped
-	nextID      core.RequestID
-	waiters     map[core.RequestID]*call
+	epoch       int                      // bumped by a crash: stale callbacks are dropped
 	calls       map[core.RequestID]*call // every call proposed here, for ground truth
 	nextWatch   core.WatchID
 	subs        map[core.WatchID]*watchSub
@@ -56,7 +56,6 @@ func (n *node) start() {
 	n.incarnation++
 	n.up = true
 	n.epoch++
-	n.waiters = map[core.RequestID]*call{}
 	n.calls = map[core.RequestID]*call{}
 	n.subs = map[core.WatchID]*watchSub{}
 	n.member = core.NewMember(core.MemberConfig{
@@ -64,6 +63,37 @@ func (n *node) start() {
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
 		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64},
 	})
+	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Hooks: driver.Hooks{
+		Check: func(m *core.Member) {
+			if nd := m.Node(); nd != nil {
+				if err := nd.Invariants(); err != nil && n.w.violation == nil {
+					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+				}
+			}
+		},
+		Watch: func(_ *core.Node, wr core.WatchResponse) { n.deliverWatch(wr) },
+		Unclaimed: func(r core.Response) {
+			if r.ID == 0 && r.Lease != 0 && r.Err == nil {
+				n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
+			}
+		},
+		RoleChanged: func(m *core.Member) {
+			n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
+			if m.Role() != core.Leader {
+				for _, id := range n.subIDs() {
+					sub := n.subs[id]
+					delete(n.subs, id)
+					sub.c.watchBroken(sub.cw)
+				}
+			}
+		},
+		HandedOff: func(*core.ElectionRecord) {
+			// Tell the successor at once rather than let it notice.
+			if to := n.leader(); to != nil {
+				n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
+			}
+		},
+	}})
 	n.w.note("%s start", n.id())
 	n.tick()
 }
@@ -77,7 +107,6 @@ func (n *node) crash() {
 		n.subs[id].c.watchBroken(n.subs[id].cw)
 	}
 	n.subs = nil
-	n.waiters = nil
 }
 
 // subIDs lists the node's watches in order: map order must never leak
@@ -121,50 +150,20 @@ func (n *node) tick() {
 }
 
 // process acts on everything the member asks for.
-func (n *node) process() {
-	if nd := n.member.Node(); nd != nil {
-		if err := nd.Invariants(); err != nil && n.w.violation == nil {
-			n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
-		}
-	}
-	rd := n.member.Ready()
-	for _, wk := range rd.Work {
-		n.runWork(wk)
-	}
-	for _, r := range rd.Responses {
-		if r.ID == 0 && r.Lease != 0 && r.Err == nil {
-			n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
-		}
-		if c := n.waiters[r.ID]; c != nil {
-			delete(n.waiters, r.ID)
-			if c.released == 0 {
-				c.released = n.w.now
-			}
-			c.wrote = r.Wrote
-			n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
-		}
-	}
-	for _, wr := range rd.WatchResponses {
-		n.deliverWatch(wr)
-	}
-	if rd.HandedOff != nil {
-		// Tell the successor at once rather than let it notice.
-		if to := n.leader(); to != nil {
-			n.w.send(n, to, "transfer", func() { to.member.Refresh(); to.process() })
-		}
-	}
-	if rd.RoleChanged {
-		n.w.note("%s role %s term=%d", n.id(), n.member.Role(), n.member.Term())
-		if n.member.Role() != core.Leader {
-			n.waiters = map[core.RequestID]*call{}
-			for _, id := range n.subIDs() {
-				sub := n.subs[id]
-				delete(n.subs, id)
-				sub.c.watchBroken(sub.cw)
-			}
-		}
-	}
-}
+func (n *node) process() { n.drv.Step(nil, nil) }
+
+// simClock is a node's clock, with its drift, and timers on it that a
+// crash cancels.
+type simClock struct{ n *node }
+
+func (c simClock) Now() time.Duration { return c.n.clock() }
+
+func (c simClock) AfterFunc(d time.Duration, f func()) { c.n.on(d, "backoff", f) }
+
+// simExec runs work against the faulty engine in virtual time.
+type simExec struct{ n *node }
+
+func (e simExec) Exec(_ *driver.Driver, w *core.Work) { e.n.runWork(w) }
 
 func (n *node) latency() time.Duration { return n.w.between(0, n.w.plan.EngineLatency) }
 
@@ -185,10 +184,7 @@ func (n *node) runWork(wk *core.Work) {
 	case core.WorkCatchUp:
 		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
 		txn.Rollback()
-		n.on(mtx.Delay(), "catchup", func() {
-			n.member.CatchUpDone(wk, evs, last, err)
-			n.process()
-		})
+		n.on(mtx.Delay(), "catchup", func() { n.drv.Done(wk, driver.Result{Events: evs, Last: last, Err: err}) })
 		return
 	case core.WorkRecover:
 		st, err := core.Recover(storage.NewReader(txn))
@@ -196,22 +192,19 @@ func (n *node) runWork(wk *core.Work) {
 		if err != nil {
 			n.w.note("%s recover failed: %v", n.id(), err)
 		}
-		n.on(mtx.Delay(), "recovered", func() {
-			n.member.Recovered(st, err)
-			n.process()
-		})
+		n.on(mtx.Delay(), "recovered", func() { n.drv.Done(wk, driver.Result{State: st, Err: err}) })
 		return
 	}
 	if n.w.cfg.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
 		// The planted bug: deal before knowing whether it writes.
-		_ = n.member.Deal(wk)
+		_ = n.drv.Deal(wk)
 	}
 	if n.w.cfg.DealEagerly && wk.Kind == core.WorkBatch {
 		for _, sub := range wk.Batch {
-			_ = n.member.Deal(sub)
+			_ = n.drv.Deal(sub)
 		}
 	}
-	eff, err := exec.Apply(txn, wk, n.member)
+	eff, err := exec.Apply(txn, wk, n.drv)
 	if out, done := exec.Settled(eff, err); done {
 		txn.Rollback()
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
@@ -267,8 +260,7 @@ func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err er
 	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkBatch || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
 		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), outcomeName(out), errText(err))
 	}
-	n.member.Report(wk, eff, out)
-	n.process()
+	n.drv.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
 }
 
 func outcomeName(o core.Outcome) string {
@@ -314,8 +306,7 @@ func (n *node) handle(c *call, hops int) {
 	if nd == nil {
 		l := n.leader()
 		if l == nil || l == n || hops >= 2 {
-			n.member.Refresh()
-			n.process()
+			n.drv.Step(func(m *core.Member) { m.Refresh() }, nil)
 			n.reply(c, nil, leaseReply{}, 0, core.ErrNoLeader)
 			return
 		}
@@ -328,13 +319,13 @@ func (n *node) handle(c *call, hops int) {
 	}
 	switch c.in.kind {
 	case opWrite:
-		n.propose(c, func(id core.RequestID) { nd.Propose(id, c.in.write) })
+		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
 	case opGrant:
-		n.propose(c, func(id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
+		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
 	case opRevoke:
-		n.propose(c, func(id core.RequestID) { nd.Revoke(id, c.in.lease) })
+		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Revoke(id, c.in.lease) })
 	case opCompact:
-		n.propose(c, func(id core.RequestID) { nd.Compact(id, c.in.rev) })
+		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
 	case opKeepAlive:
 		ttl, err := nd.KeepAlive(c.in.lease, n.clock())
 		n.reply(c, nil, leaseReply{id: c.in.lease, ttl: ttl}, nd.Committed(), err)
@@ -348,12 +339,21 @@ func (n *node) handle(c *call, hops int) {
 	}
 }
 
-func (n *node) propose(c *call, submit func(core.RequestID)) {
-	n.nextID++
-	n.waiters[n.nextID] = c
-	n.calls[n.nextID] = c
-	submit(n.nextID)
-	n.process()
+// propose submits a call through the driver; its answer goes back to the
+// client (ErrLeaderChanged, an unknown outcome, if the lead is lost).
+func (n *node) propose(c *call, submit func(*core.Node, core.RequestID)) {
+	n.drv.Propose(func(nd *core.Node, id core.RequestID) {
+		n.calls[id] = c
+		submit(nd, id)
+	}, func(r core.Response) {
+		if r.Err != driver.ErrLeaderChanged {
+			if c.released == 0 {
+				c.released = n.w.now
+			}
+			c.wrote = r.Wrote
+		}
+		n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
+	})
 }
 
 // readIndex learns C from the leader, then reads locally at C.

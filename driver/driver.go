@@ -1,0 +1,217 @@
+package driver
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/axon-kv/axon/core"
+)
+
+// ErrLeaderChanged answers requests that were waiting when this member
+// stopped leading: they may or may not have been applied (etcd's words).
+var ErrLeaderChanged = errors.New("etcdserver: leader changed")
+
+// Clock is the driver's time: the member's clock and timers on it.
+type Clock interface {
+	// Now is the member's clock (wall time in a server, virtual time
+	// plus the node's drift in the simulator).
+	Now() time.Duration
+	// AfterFunc calls f after d; f may call back into the Driver. A
+	// timer of a stopped or crashed member may never fire.
+	AfterFunc(d time.Duration, f func())
+}
+
+// Executor does the engine IO of work items.
+type Executor interface {
+	// Exec runs w and calls d.Done with its result exactly once, from
+	// any goroutine or event, later or before Exec returns; never with
+	// the driver's lock held. An executor that is stopped (a crash, a
+	// server closing) may drop w.
+	Exec(d *Driver, w *core.Work)
+}
+
+// Result is how a work item ended: Effects and Outcome for requests,
+// fences, compactions and elections; Events and Last for a catch-up;
+// State for a recovery; Err when the engine failed a read.
+type Result struct {
+	Effects *core.Effects
+	Outcome core.Outcome
+	Events  []core.Event
+	Last    int64
+	State   core.State
+	Err     error
+}
+
+// Hooks are what the outside world does with the member's outputs
+// beyond answering requests. Each runs with the driver's lock held, in
+// the order the member produced the outputs; nil hooks are skipped.
+type Hooks struct {
+	// Check runs before outputs are taken (the simulator checks the
+	// node's invariants here).
+	Check func(m *core.Member)
+	// Watch delivers a watch response of the node n.
+	Watch func(n *core.Node, wr core.WatchResponse)
+	// Unclaimed sees responses no request waits for (lease expiries).
+	Unclaimed func(r core.Response)
+	// RoleChanged runs once the member gained or lost the lead (after
+	// waiting requests were answered ErrLeaderChanged on a loss).
+	RoleChanged func(m *core.Member)
+	// HandedOff tells the successor leadership was handed to it.
+	HandedOff func(rec *core.ElectionRecord)
+}
+
+// Config configures a Driver.
+type Config struct {
+	Member *core.Member
+	// Lock guards the member; the caller may hold it to read the member
+	// and must not while calling the Driver. Nil: a lock of the
+	// driver's own.
+	Lock  sync.Locker
+	Clock Clock
+	Exec  Executor
+	Hooks Hooks
+}
+
+// Driver runs a core.Member: it serialises calls into it, acts on its
+// Ready (answers, watch responses, work, role changes) and feeds work
+// results back.
+type Driver struct {
+	cfg     Config
+	m       *core.Member
+	mu      sync.Locker
+	nextID  core.RequestID
+	waiters map[core.RequestID]func(core.Response)
+}
+
+// New returns a driver of cfg.Member.
+func New(cfg Config) *Driver {
+	mu := cfg.Lock
+	if mu == nil {
+		mu = &sync.Mutex{}
+	}
+	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){}}
+}
+
+// Member is the driven member; read it only with the lock held.
+func (d *Driver) Member() *core.Member { return d.m }
+
+// Step ticks the member, runs fm against it and fn against its node if
+// it leads, acts on the outputs and reports whether it leads. Outputs are
+// delivered before the lock goes: left pending across an unlock they
+// could be overtaken by another step's (a progress notification would
+// then reach a watcher before the events it covers).
+func (d *Driver) Step(fm func(m *core.Member), fn func(n *core.Node)) bool {
+	d.mu.Lock()
+	// The member sees the clock first: a leader whose lease ran out must
+	// step down before it hands out more work.
+	d.m.Tick(d.cfg.Clock.Now())
+	if fm != nil {
+		fm(d.m)
+	}
+	n := d.m.Node()
+	if n != nil && fn != nil {
+		fn(n)
+	}
+	work := d.ready()
+	d.mu.Unlock()
+	d.start(work)
+	return n != nil
+}
+
+// Propose submits a request through the node, if the member leads, and
+// calls answer with its response once it is final (or with
+// ErrLeaderChanged if the lead is lost first). It reports whether the
+// member leads; if not, answer is never called.
+func (d *Driver) Propose(submit func(n *core.Node, id core.RequestID), answer func(core.Response)) bool {
+	return d.Step(nil, func(n *core.Node) {
+		d.nextID++
+		d.waiters[d.nextID] = answer
+		submit(n, d.nextID)
+	})
+}
+
+// Done feeds back how a work item ended.
+func (d *Driver) Done(w *core.Work, r Result) {
+	d.Step(func(m *core.Member) {
+		switch w.Kind {
+		case core.WorkCatchUp:
+			m.CatchUpDone(w, r.Events, r.Last, r.Err)
+		case core.WorkRecover:
+			m.Recovered(r.State, r.Err)
+		default:
+			m.Report(w, r.Effects, r.Outcome)
+		}
+	}, nil)
+}
+
+// Deal deals undealt request work its revision (exec.Dealer).
+func (d *Driver) Deal(w *core.Work) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m.Deal(w)
+}
+
+// ready takes the member's outputs and acts on all but the work, which
+// it returns to start once the lock is released. Called with the lock.
+func (d *Driver) ready() []*core.Work {
+	h := d.cfg.Hooks
+	if h.Check != nil {
+		h.Check(d.m)
+	}
+	rd := d.m.Ready()
+	for _, r := range rd.Responses {
+		if answer := d.waiters[r.ID]; answer != nil {
+			delete(d.waiters, r.ID)
+			answer(r)
+		} else if h.Unclaimed != nil {
+			h.Unclaimed(r)
+		}
+	}
+	if n := d.m.Node(); n != nil && h.Watch != nil {
+		for _, wr := range rd.WatchResponses {
+			h.Watch(n, wr)
+		}
+	}
+	if rd.RoleChanged {
+		if d.m.Node() == nil {
+			// The node that held these requests is gone and will never
+			// answer them.
+			// In ID order: the simulator replays by seed.
+			for _, id := range slices.Sorted(maps.Keys(d.waiters)) {
+				answer := d.waiters[id]
+				delete(d.waiters, id)
+				answer(core.Response{ID: id, Err: ErrLeaderChanged})
+			}
+		}
+		if h.RoleChanged != nil {
+			h.RoleChanged(d.m)
+		}
+	}
+	if rd.HandedOff != nil && h.HandedOff != nil {
+		h.HandedOff(rd.HandedOff)
+	}
+	return rd.Work
+}
+
+// start hands work to the executor, a retry after its backoff.
+func (d *Driver) start(work []*core.Work) {
+	for _, w := range work {
+		if b := Backoff(w.Attempt); b > 0 {
+			d.cfg.Clock.AfterFunc(b, func() { d.cfg.Exec.Exec(d, w) })
+			continue
+		}
+		d.cfg.Exec.Exec(d, w)
+	}
+}
+
+// Backoff is how long to wait before attempt n of a work item: 5 ms more
+// per attempt, at most a second.
+func Backoff(attempt int) time.Duration {
+	if attempt == 0 {
+		return 0
+	}
+	return min(time.Duration(attempt)*5*time.Millisecond, time.Second)
+}

@@ -1,0 +1,196 @@
+package driver_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// fakeClock is virtual time whose timers fire when the test moves it.
+type fakeClock struct {
+	now    time.Duration
+	timers []timer
+	asked  []time.Duration // every AfterFunc delay, in order
+}
+
+type timer struct {
+	at time.Duration
+	f  func()
+}
+
+func (c *fakeClock) Now() time.Duration { return c.now }
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) {
+	c.asked = append(c.asked, d)
+	c.timers = append(c.timers, timer{c.now + d, f})
+}
+
+// advance moves time by d and fires the timers due.
+func (c *fakeClock) advance(d time.Duration) {
+	c.now += d
+	for len(c.timers) > 0 {
+		due := -1
+		for i, t := range c.timers {
+			if t.at <= c.now {
+				due = i
+				break
+			}
+		}
+		if due < 0 {
+			return
+		}
+		t := c.timers[due]
+		c.timers = append(c.timers[:due], c.timers[due+1:]...)
+		t.f()
+	}
+}
+
+// queueExec holds work until the test runs it against a memkv engine;
+// failPuts makes that many request commits fail as not applied.
+type queueExec struct {
+	eng      *memkv.Engine
+	queue    []*core.Work
+	failPuts int
+}
+
+func (e *queueExec) Exec(_ *driver.Driver, w *core.Work) { e.queue = append(e.queue, w) }
+
+// drain runs queued work, and the work that yields, until none is left
+// or keep says to hold the rest.
+func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) bool) {
+	t.Helper()
+	for len(e.queue) > 0 {
+		w := e.queue[0]
+		if keep != nil && keep(w) {
+			return
+		}
+		e.queue = e.queue[1:]
+		ctx := context.Background()
+		switch w.Kind {
+		case core.WorkRecover:
+			st, err := exec.Recover(ctx, e.eng)
+			d.Done(w, driver.Result{State: st, Err: err})
+		case core.WorkCatchUp:
+			evs, last, err := exec.CatchUp(ctx, e.eng, w, 16)
+			d.Done(w, driver.Result{Events: evs, Last: last, Err: err})
+		default:
+			if w.Kind == core.WorkRequest && e.failPuts > 0 {
+				e.failPuts--
+				d.Done(w, driver.Result{Outcome: core.NotApplied})
+				continue
+			}
+			eff, out := exec.Run(ctx, e.eng, w, d)
+			d.Done(w, driver.Result{Effects: eff, Outcome: out})
+		}
+	}
+}
+
+// newLeader starts a driver of a member alone on its engine and runs its work
+// until it leads.
+func newLeader(t *testing.T) (*driver.Driver, *fakeClock, *queueExec, *core.Member) {
+	t.Helper()
+	clock := &fakeClock{now: time.Hour}
+	ex := &queueExec{eng: memkv.New()}
+	m := core.NewMember(core.MemberConfig{ID: "a.1", Addr: "a"})
+	d := driver.New(driver.Config{Member: m, Clock: clock, Exec: ex})
+	for i := 0; i < 10 && !d.Step(nil, nil); i++ {
+		ex.drain(t, d, nil)
+	}
+	if !d.Step(nil, nil) {
+		t.Fatalf("not leading: %s", core.DescribeMember(m))
+	}
+	return d, clock, ex, m
+}
+
+func put(key string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte("v")}}}
+}
+
+// propose proposes a put of key; *got is set when it is answered.
+func propose(t *testing.T, d *driver.Driver, key string, got **core.Response) {
+	t.Helper()
+	if !d.Propose(func(n *core.Node, id core.RequestID) {
+		n.Propose(id, put(key))
+	}, func(r core.Response) { *got = &r }) {
+		t.Fatal("a leader refused a proposal")
+	}
+}
+
+func TestProposeIsAnsweredOnceTheWorkIsDone(t *testing.T) {
+	d, _, ex, _ := newLeader(t)
+	var got *core.Response
+	propose(t, d, "/k", &got)
+	if got != nil {
+		t.Fatalf("answered before its work ran: %+v", got)
+	}
+	ex.drain(t, d, nil)
+	if got == nil || got.Err != nil || got.Rev < 2 {
+		t.Fatalf("answer: %+v", got)
+	}
+}
+
+// TestLosingTheLeadAnswersWaiters: a request whose work is still out when
+// the leader's lease runs out is answered ErrLeaderChanged (its outcome
+// is unknown), not left waiting; the role change reaches the hook after.
+func TestLosingTheLeadAnswersWaiters(t *testing.T) {
+	d, clock, _, m := newLeader(t)
+	var got *core.Response
+	propose(t, d, "/k", &got)
+	// No work runs: no renewal lands, and the lease runs out.
+	clock.advance(m.Config().Lease + m.Config().MaxDrift + time.Second)
+	if d.Step(nil, nil) {
+		t.Fatalf("still leading: %s", core.DescribeMember(m))
+	}
+	if got == nil || got.Err != driver.ErrLeaderChanged {
+		t.Fatalf("the waiting request got %+v, want ErrLeaderChanged", got)
+	}
+	if propose := d.Propose(func(*core.Node, core.RequestID) { t.Fatal("submitted without a node") },
+		func(core.Response) { t.Fatal("answered") }); propose {
+		t.Fatal("a member that does not lead took a proposal")
+	}
+}
+
+// TestRetriesBackOff: work retried after a failed commit is started
+// after Backoff(attempt), on the driver's clock.
+func TestRetriesBackOff(t *testing.T) {
+	d, clock, ex, _ := newLeader(t)
+	ex.failPuts = 2
+	clock.asked = nil
+	var got *core.Response
+	propose(t, d, "/k", &got)
+	ex.drain(t, d, nil)
+	if got != nil {
+		t.Fatalf("answered while its retry waits: %+v", got)
+	}
+	if len(clock.asked) != 1 || clock.asked[0] != driver.Backoff(1) {
+		t.Fatalf("timers asked: %v, want [%v]", clock.asked, driver.Backoff(1))
+	}
+	clock.advance(driver.Backoff(1))
+	ex.drain(t, d, nil)
+	clock.advance(driver.Backoff(2))
+	ex.drain(t, d, nil)
+	if got == nil || got.Err != nil {
+		t.Fatalf("answer after two failed commits: %+v", got)
+	}
+	if len(clock.asked) < 2 || clock.asked[1] != driver.Backoff(2) {
+		t.Fatalf("timers asked: %v, want %v second", clock.asked, driver.Backoff(2))
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration
+	}{{0, 0}, {1, 5 * time.Millisecond}, {10, 50 * time.Millisecond}, {1000, time.Second}} {
+		if got := driver.Backoff(tc.attempt); got != tc.want {
+			t.Errorf("Backoff(%d) = %v, want %v", tc.attempt, got, tc.want)
+		}
+	}
+}
