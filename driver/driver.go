@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axon-kv/axon/core"
@@ -73,6 +74,15 @@ type Config struct {
 	Clock Clock
 	Exec  Executor
 	Hooks Hooks
+	// Transport reaches the leader from a follower.
+	Transport Transport
+	// Refused says an error from a call's Local or Remote part means it
+	// was not applied and may go to the next leader; nil: ErrNotLeading,
+	// core.ErrNotLeader and core.ErrNoLeader.
+	Refused func(error) bool
+	// RetryEvery is how soon a refused call is tried again if the leader
+	// does not change first (default 20 ms).
+	RetryEvery time.Duration
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -84,6 +94,12 @@ type Driver struct {
 	mu      sync.Locker
 	nextID  core.RequestID
 	waiters map[core.RequestID]func(core.Response)
+
+	seen          leaderSeen // the leader known at the last step
+	leaderWaiters []func()   // calls to try again when it changes
+	readWaiting   []func(int64, error)
+	readBusy      bool
+	known         atomic.Int64 // the newest commit point learned
 }
 
 // New returns a driver of cfg.Member.
@@ -115,9 +131,12 @@ func (d *Driver) Step(fm func(m *core.Member), fn func(n *core.Node)) bool {
 	if n != nil && fn != nil {
 		fn(n)
 	}
-	work := d.ready()
+	work, answers, wake := d.ready()
 	d.mu.Unlock()
-	d.start(work)
+	for _, f := range answers {
+		f()
+	}
+	d.start(work, wake)
 	return n != nil
 }
 
@@ -155,8 +174,10 @@ func (d *Driver) Deal(w *core.Work) error {
 }
 
 // ready takes the member's outputs and acts on all but the work, which
-// it returns to start once the lock is released. Called with the lock.
-func (d *Driver) ready() []*core.Work {
+// it returns to start once the lock is released, with the waiters'
+// answers (they may call into the driver again) and the calls to wake
+// because the leader changed. Called with the lock.
+func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	h := d.cfg.Hooks
 	if h.Check != nil {
 		h.Check(d.m)
@@ -165,7 +186,7 @@ func (d *Driver) ready() []*core.Work {
 	for _, r := range rd.Responses {
 		if answer := d.waiters[r.ID]; answer != nil {
 			delete(d.waiters, r.ID)
-			answer(r)
+			answers = append(answers, func() { answer(r) })
 		} else if h.Unclaimed != nil {
 			h.Unclaimed(r)
 		}
@@ -183,7 +204,7 @@ func (d *Driver) ready() []*core.Work {
 			for _, id := range slices.Sorted(maps.Keys(d.waiters)) {
 				answer := d.waiters[id]
 				delete(d.waiters, id)
-				answer(core.Response{ID: id, Err: ErrLeaderChanged})
+				answers = append(answers, func() { answer(core.Response{ID: id, Err: ErrLeaderChanged}) })
 			}
 		}
 		if h.RoleChanged != nil {
@@ -193,11 +214,15 @@ func (d *Driver) ready() []*core.Work {
 	if rd.HandedOff != nil && h.HandedOff != nil {
 		h.HandedOff(rd.HandedOff)
 	}
-	return rd.Work
+	return rd.Work, answers, d.leaderChanged()
 }
 
-// start hands work to the executor, a retry after its backoff.
-func (d *Driver) start(work []*core.Work) {
+// start hands work to the executor, a retry after its backoff, and wakes
+// calls waiting for a new leader (on the clock, not in the caller).
+func (d *Driver) start(work []*core.Work, wake []func()) {
+	for _, f := range wake {
+		d.cfg.Clock.AfterFunc(0, f)
+	}
 	for _, w := range work {
 		if b := Backoff(w.Attempt); b > 0 {
 			d.cfg.Clock.AfterFunc(b, func() { d.cfg.Exec.Exec(d, w) })

@@ -209,7 +209,7 @@ func (s *Server) transferTo(ctx context.Context, target uint64) error {
 		return terr
 	}
 	s.log.Info("transferring leadership", "to", to.Name)
-	deadline := time.Now().Add(s.failoverWait())
+	deadline := time.Now().Add(s.drv.FailoverWait())
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
 		rec, ok := s.member.Leader()
@@ -225,7 +225,7 @@ func (s *Server) transferTo(ctx context.Context, target uint64) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("axon: transfer to %s did not finish in %v", to.Name, s.failoverWait())
+	return fmt.Errorf("axon: transfer to %s did not finish in %v", to.Name, s.drv.FailoverWait())
 }
 
 // Handoff gives leadership to another live instance before this one

@@ -147,7 +147,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	_, hasLeader := s.member.Leader()
 	s.mu.Unlock()
 	if n == nil {
-		committed = s.reads.last()
+		committed = s.drv.Known()
 	}
 	ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(committed))
 	ch <- prometheus.MustNewConstMetric(descCompacted, prometheus.GaugeValue, float64(compacted))

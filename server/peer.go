@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -59,7 +60,7 @@ func peerHandler(fn func(peerServer, context.Context) (*pb.ResponseHeader, error
 // readIndex answers a follower's read index: the commit point, safe to
 // read at because a leader holds its lease (DESIGN §9).
 func (s *Server) serveReadIndex(context.Context) (*pb.ResponseHeader, error) {
-	c, _, ok := s.readPoint()
+	c, _, ok := s.drv.ReadPoint()
 	if !ok {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
@@ -126,23 +127,6 @@ func (p *peers) nudge(addr string) {
 	_ = cc.Invoke(ctx, nudgePath, &pb.StatusRequest{}, &pb.ResponseHeader{})
 }
 
-// leaderConn returns a connection to the leader this instance believes
-// in, or nil when it knows none (or leads itself).
-func (s *Server) leaderConn() *grpc.ClientConn {
-	s.mu.Lock()
-	rec, ok := s.member.Leader()
-	s.mu.Unlock()
-	if !ok || rec.Holder == s.id || rec.Addr == "" {
-		return nil
-	}
-	cc, err := s.peers.conn(rec.Addr)
-	if err != nil {
-		s.log.Warn("leader connection", "addr", rec.Addr, "err", err)
-		return nil
-	}
-	return cc
-}
-
 // forwarded reports whether a call came from another instance.
 func forwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -193,156 +177,77 @@ func brokeOff(ctx context.Context, err error) error {
 	return err
 }
 
-// failoverWait bounds how long a call waits for a leader: long enough
-// for the worst-case takeover after a crash.
-func (s *Server) failoverWait() time.Duration {
-	c := s.mcfg
-	return 2*c.Lease + c.EngineDeadline + 2*c.MaxDrift
-}
-
-// lead runs a call on the leader: local when this instance leads,
-// otherwise forwarded. A call the leader refused before applying it
-// (leadership moving, leader gone) waits for the next leader and runs
-// again, so a leader change is invisible to clients when it can be.
+// lead runs a call on the leader through the driver: local when this
+// instance leads, otherwise forwarded over the peer connection; a call
+// the leader refused before applying it runs again on the next leader.
 func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx context.Context, cc *grpc.ClientConn) error) error {
-	deadline := time.Now().Add(s.failoverWait())
-	for {
-		err := local()
-		if !refused(err) {
-			return err
-		}
-		if errors.Is(err, errNotLeading) {
-			if forwarded(ctx) {
-				return rpctypes.ErrGRPCNotLeader // the sender retries with a fresh view
+	ch := make(chan error, 1)
+	s.drv.Lead(driver.Call{
+		Local: func(done func(error)) { done(local()) },
+		Remote: func(addr string, done func(error)) {
+			cc, err := s.peers.conn(addr)
+			if err != nil {
+				s.log.Warn("leader connection", "addr", addr, "err", err)
+				done(fmt.Errorf("%w: %v", errNotLeading, err))
+				return
 			}
-			if cc := s.leaderConn(); cc != nil {
-				err = remote(forwardContext(ctx), cc)
-				if !refused(err) {
-					return brokeOff(ctx, err)
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return rpctypes.ErrGRPCNoLeader
-		}
-		if err := s.awaitLeaderChange(ctx); err != nil {
-			return err
-		}
-	}
-}
-
-// awaitLeaderChange asks the member to read the election record again
-// and gives it a moment: for callers polling for a (new) leader.
-func (s *Server) awaitLeaderChange(ctx context.Context) error {
-	s.stepMember(func(m *core.Member) { m.Refresh() })
+			done(brokeOff(ctx, remote(forwardContext(ctx), cc)))
+		},
+		Forwarded: forwarded(ctx),
+		Alive:     func() bool { return ctx.Err() == nil && s.ctx.Err() == nil },
+	}, func(err error) { ch <- err })
 	select {
+	case err := <-ch:
+		if ctx.Err() != nil && refused(err) {
+			return toGRPC(ctx.Err())
+		}
+		return err
 	case <-ctx.Done():
 		return toGRPC(ctx.Err())
 	case <-s.ctx.Done():
 		return rpctypes.ErrGRPCStopped
-	case <-time.After(10 * time.Millisecond):
-		return nil
 	}
 }
 
-// readIndex batches followers' linearizable reads: one round trip to the
-// leader answers every read that arrived before it was sent.
-type readIndex struct {
-	s       *Server
-	mu      sync.Mutex
-	waiting []chan readPoint
-	busy    bool
-	known   int64 // the last commit point learned
-}
+// peerTransport asks the leader for its read index over gRPC.
+type peerTransport struct{ s *Server }
 
-type readPoint struct {
-	rev int64
-	err error
-}
-
-func (r *readIndex) last() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.known
-}
-
-func (r *readIndex) learn(rev int64) {
-	r.mu.Lock()
-	r.known = max(r.known, rev)
-	r.mu.Unlock()
-}
-
-// get returns a commit point at least as new as any write acknowledged
-// before the call.
-func (r *readIndex) get(ctx context.Context) (int64, error) {
-	ch := make(chan readPoint, 1)
-	r.mu.Lock()
-	r.waiting = append(r.waiting, ch)
-	if !r.busy {
-		r.busy = true
-		go r.loop()
+func (t peerTransport) ReadIndex(addr string, done func(int64, error)) {
+	s := t.s
+	cc, err := s.peers.conn(addr)
+	if err != nil {
+		done(0, fmt.Errorf("%w: %v", errNotLeading, err))
+		return
 	}
-	r.mu.Unlock()
+	s.work.Add(1)
+	go func() {
+		defer s.work.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, s.drv.FailoverWait())
+		defer cancel()
+		h := &pb.ResponseHeader{}
+		if err := cc.Invoke(ctx, readIndexPath, &pb.StatusRequest{}, h); err != nil {
+			done(0, err)
+			return
+		}
+		done(h.Revision, nil)
+	}()
+}
+
+// readIndex waits for the driver's read index: a commit point at least
+// as new as any write acknowledged before the call.
+func (s *Server) readIndex(ctx context.Context) (int64, error) {
+	type point struct {
+		rev int64
+		err error
+	}
+	ch := make(chan point, 1)
+	s.drv.ReadIndex(func(rev int64, err error) { ch <- point{rev, err} })
 	select {
 	case p := <-ch:
 		return p.rev, p.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-}
-
-func (r *readIndex) loop() {
-	for {
-		r.mu.Lock()
-		batch := r.waiting
-		r.waiting = nil
-		if len(batch) == 0 {
-			r.busy = false
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		p := r.ask()
-		if p.err == nil {
-			r.learn(p.rev)
-		}
-		for _, ch := range batch {
-			ch <- p
-		}
-	}
-}
-
-func (r *readIndex) ask() readPoint {
-	s := r.s
-	ctx, cancel := context.WithTimeout(s.ctx, s.failoverWait())
-	defer cancel()
-	var rev int64
-	err := s.lead(ctx, func() error {
-		var ok bool
-		if rev, _, ok = s.readPoint(); !ok {
-			return errNotLeading
-		}
-		return nil
-	}, func(ctx context.Context, cc *grpc.ClientConn) error {
-		h := &pb.ResponseHeader{}
-		if err := cc.Invoke(ctx, readIndexPath, &pb.StatusRequest{}, h); err != nil {
-			return err
-		}
-		rev = h.Revision
-		return nil
-	})
-	return readPoint{rev: rev, err: err}
-}
-
-// readPoint returns the commit point and compact revision when this
-// instance may serve reads at them itself (see core.Member.Serving).
-func (s *Server) readPoint() (c, compacted int64, ok bool) {
-	s.step(func(n *core.Node) {
-		if s.member.Serving() {
-			c, compacted, ok = n.Committed(), n.Compacted(), true
-		}
-	})
-	return c, compacted, ok
 }
 
 // forward runs a unary call on the leader (see lead) and returns its
@@ -365,11 +270,11 @@ func forward[T any](s *Server, ctx context.Context, local func() (T, error), rem
 // serializable read, uses the last one it learned) and reads the compact
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
-	c, compacted, led := s.readPoint()
+	c, compacted, led := s.drv.ReadPoint()
 	if !led {
 		var err error
-		if c = s.reads.last(); !serializable || c == 0 {
-			if c, err = s.reads.get(ctx); err != nil {
+		if c = s.drv.Known(); !serializable || c == 0 {
+			if c, err = s.readIndex(ctx); err != nil {
 				return nil, 0, 0, err
 			}
 		}

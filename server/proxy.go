@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -83,19 +82,27 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 // returns a connection to it; nil if this instance leads or no leader
 // shows up in time.
 func (s *Server) awaitLeaderConn(ctx context.Context) *grpc.ClientConn {
-	deadline := time.Now().Add(s.failoverWait())
-	for time.Now().Before(deadline) {
-		if s.Leading() {
-			return nil
+	ch := make(chan string, 1)
+	s.drv.LeaderAddr(func() bool { return ctx.Err() == nil && s.ctx.Err() == nil }, func(addr string, ok bool) {
+		if !ok {
+			addr = ""
 		}
-		if cc := s.leaderConn(); cc != nil {
-			return cc
-		}
-		if s.awaitLeaderChange(ctx) != nil {
-			return nil
-		}
+		ch <- addr
+	})
+	var addr string
+	select {
+	case addr = <-ch:
+	case <-ctx.Done():
 	}
-	return nil
+	if addr == "" {
+		return nil
+	}
+	cc, err := s.peers.conn(addr)
+	if err != nil {
+		s.log.Warn("leader connection", "addr", addr, "err", err)
+		return nil
+	}
+	return cc
 }
 
 func (s *Server) proxyWatch(down pb.Watch_WatchServer) error {

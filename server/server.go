@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -97,7 +96,7 @@ func (k KeepAlive) withDefaults() KeepAlive {
 
 // errNotLeading says this instance does not lead: the call goes to the
 // leader instead.
-var errNotLeading = errors.New("axon: this instance is not the leader")
+var errNotLeading = driver.ErrNotLeading
 
 // errLeaderChanged answers calls that were in flight when this instance
 // stopped leading: they may or may not have been applied.
@@ -126,7 +125,6 @@ type Server struct {
 	compact *compactor
 	space   *space
 	peers   *peers
-	reads   *readIndex
 	counts  counter
 
 	ctx    context.Context
@@ -171,6 +169,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	})
 	s.mcfg = s.member.Config()
 	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Clock: wallClock{s}, Exec: executor{s},
+		Transport: peerTransport{s}, Refused: refused,
 		Hooks: driver.Hooks{
 			Watch: func(n *core.Node, wr core.WatchResponse) {
 				if ws := s.watches[wr.ID]; ws != nil {
@@ -187,7 +186,6 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
-	s.reads = &readIndex{s: s}
 	s.work.Add(3)
 	go s.tick(cfg.TickInterval)
 	go s.compact.run()
@@ -399,7 +397,7 @@ func peerAddr(peerURLs, clientURLs []string) string {
 func (s *Server) committed() int64 {
 	var c int64
 	if !s.step(func(n *core.Node) { c = n.Committed() }) {
-		return s.reads.last()
+		return s.drv.Known()
 	}
 	return c
 }

@@ -337,7 +337,7 @@ func (c *client) send(in input) {
 	c.cur = cl
 	n := c.targetNode()
 	cl.viaLeader = n.up && n.member.Role() == core.Leader
-	w.sendToNode(c, n, "request", func() { n.handle(cl, 0) })
+	w.sendToNode(c, n, "request", func() { n.handle(cl) })
 	timeout := clientTimeout
 	if !c.final {
 		if w.chance(w.plan.CancelShare) {
@@ -381,7 +381,7 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 	switch err {
 	case core.ErrNoLeader, core.ErrNotLeader, core.ErrRetriesExhausted:
 		cl.status = failed
-	case driver.ErrLeaderChanged:
+	case driver.ErrLeaderChanged, core.ErrTimeout:
 		cl.status = unknown // it may yet be applied
 	default:
 		cl.status = answered

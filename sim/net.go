@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 )
 
 // idempotent lists the node-to-node messages a network may duplicate:
 // Axon's RPCs run over gRPC streams, which never duplicate, but a client
 // or proxy may repeat a read-index query or a transfer notice.
-var idempotent = map[string]bool{"readindex": true, "readindex-reply": true, "readindex-refused": true, "transfer": true}
+var idempotent = map[string]bool{"readindex": true, "readindex-reply": true, "transfer": true}
 
 // send delivers fn as a message from node a to node b: delayed, maybe
 // lost or (if idempotent) duplicated, never across a partition.
@@ -31,6 +32,57 @@ func (w *World) send(a, b *node, what string, fn func()) {
 			}
 		})
 	}
+}
+
+// rpcTimeout is how long a node waits for another's answer before it
+// takes the call as broken off (its outcome unknown).
+const rpcTimeout = time.Second
+
+// call sends a request from node a to node b and calls done on a with
+// b's answer, or with core.ErrTimeout if none comes within rpcTimeout (a
+// lost request or answer: the request may have been served).
+func (w *World) call(a, b *node, what string, serve func(reply func(answer, error)), done func(answer, error)) {
+	over := false
+	finish := func(an answer, err error) {
+		if !over {
+			over = true
+			done(an, err)
+		}
+	}
+	a.on(rpcTimeout, what+"-timeout", func() { finish(answer{}, core.ErrTimeout) })
+	w.send(a, b, what, func() {
+		serve(func(an answer, err error) { w.send(b, a, what+"-reply", func() { finish(an, err) }) })
+	})
+}
+
+// nodeAt is the node listening at addr (its name).
+func (w *World) nodeAt(addr string) *node {
+	for _, n := range w.nodes {
+		if n.name == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// simTransport is a node's side of the simulated network between nodes.
+type simTransport struct{ n *node }
+
+func (t simTransport) ReadIndex(addr string, done func(int64, error)) {
+	n := t.n
+	to := n.w.nodeAt(addr)
+	if to == nil {
+		done(0, driver.ErrNotLeading)
+		return
+	}
+	n.w.call(n, to, "readindex", func(reply func(answer, error)) {
+		rev, _, ok := to.drv.ReadPoint()
+		if !ok {
+			reply(answer{}, core.ErrNotLeader)
+			return
+		}
+		reply(answer{rev: rev}, nil)
+	}, func(a answer, err error) { done(a.rev, err) })
 }
 
 // sendToClient delivers a node's answer to a client.

@@ -63,7 +63,7 @@ func (n *node) start() {
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
 		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64},
 	})
-	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Hooks: driver.Hooks{
+	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Hooks: driver.Hooks{
 		Check: func(m *core.Member) {
 			if nd := m.Node(); nd != nil {
 				if err := nd.Invariants(); err != nil && n.w.violation == nil {
@@ -296,87 +296,131 @@ func (n *node) leader() *node {
 	return nil
 }
 
-// handle serves a client call that reached this node (hops counts
-// forwards, to stop loops between nodes with stale views).
-func (n *node) handle(c *call, hops int) {
+// answer is what a node replies to a call.
+type answer struct {
+	resp  *pb.ResponseOp
+	lease leaseReply
+	rev   int64
+}
+
+// handle serves a client call that reached this node and replies.
+func (n *node) handle(c *call) {
+	n.serve(c, false, func(a answer, err error) { n.reply(c, a.resp, a.lease, a.rev, err) })
+}
+
+// serve runs a call through the driver: a range at a read index, the rest
+// on the leader (forwarded calls come from another node and are not
+// sent on).
+func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
 	if c.done {
 		return
 	}
+	if c.in.kind == opRange && !forwarded {
+		n.rangeRead(c, done)
+		return
+	}
+	var got answer
+	n.drv.Lead(driver.Call{
+		Local:     func(done func(error)) { n.local(c, &got, done) },
+		Remote:    func(addr string, done func(error)) { n.forward(c, addr, &got, done) },
+		Forwarded: forwarded,
+		Alive:     func() bool { return !c.done },
+	}, func(err error) { done(got, err) })
+}
+
+// local runs a call on this node if it leads: ErrNotLeading if not.
+func (n *node) local(c *call, got *answer, done func(error)) {
 	nd := n.member.Node()
 	if nd == nil {
-		l := n.leader()
-		if l == nil || l == n || hops >= 2 {
-			n.drv.Step(func(m *core.Member) { m.Refresh() }, nil)
-			n.reply(c, nil, leaseReply{}, 0, core.ErrNoLeader)
-			return
-		}
-		if c.in.kind == opRange {
-			n.readIndex(c, l)
-			return
-		}
-		n.w.send(n, l, "forward", func() { l.handle(c, hops+1) })
+		done(driver.ErrNotLeading)
 		return
+	}
+	submit := func(sub func(nd *core.Node, id core.RequestID)) {
+		n.propose(c, sub, func(a answer, err error) {
+			*got = a
+			done(err)
+		})
 	}
 	switch c.in.kind {
 	case opWrite:
-		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
+		submit(func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
 	case opGrant:
-		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
+		submit(func(nd *core.Node, id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
 	case opRevoke:
-		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Revoke(id, c.in.lease) })
+		submit(func(nd *core.Node, id core.RequestID) { nd.Revoke(id, c.in.lease) })
 	case opCompact:
-		n.propose(c, func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
+		submit(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
 	case opKeepAlive:
 		ttl, err := nd.KeepAlive(c.in.lease, n.clock())
-		n.reply(c, nil, leaseReply{id: c.in.lease, ttl: ttl}, nd.Committed(), err)
-	case opRange:
-		if !n.member.Serving() {
-			// Handing over: the successor may already acknowledge writes.
-			n.reply(c, nil, leaseReply{}, 0, core.ErrNotLeader)
-			return
-		}
-		n.read(c, nd.Committed(), nd.Compacted())
+		*got = answer{lease: leaseReply{id: c.in.lease, ttl: ttl}, rev: nd.Committed()}
+		done(err)
 	}
 }
 
-// propose submits a call through the driver; its answer goes back to the
-// client (ErrLeaderChanged, an unknown outcome, if the lead is lost).
-func (n *node) propose(c *call, submit func(*core.Node, core.RequestID)) {
+// forward sends a call to the leader at addr.
+func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
+	to := n.w.nodeAt(addr)
+	if to == nil {
+		done(driver.ErrNotLeading)
+		return
+	}
+	n.w.call(n, to, "forward", func(reply func(answer, error)) { to.serve(c, true, reply) }, func(a answer, err error) {
+		*got = a
+		done(err)
+	})
+}
+
+// propose submits a call through the driver; its answer comes to
+// answered (ErrLeaderChanged, an unknown outcome, if the lead is lost).
+func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answered func(answer, error)) {
 	n.drv.Propose(func(nd *core.Node, id core.RequestID) {
 		n.calls[id] = c
 		submit(nd, id)
 	}, func(r core.Response) {
-		if r.Err != driver.ErrLeaderChanged {
+		// Only an answer that it applied releases it: a refusal
+		// (ErrNotLeader while handing over) sends it on to the next leader.
+		if r.Err == nil {
 			if c.released == 0 {
 				c.released = n.w.now
 			}
 			c.wrote = r.Wrote
 		}
-		n.reply(c, r.Response, leaseReply{id: r.Lease, ttl: r.LeaseTTL}, r.Rev, r.Err)
+		answered(answer{resp: r.Response, lease: leaseReply{id: r.Lease, ttl: r.LeaseTTL}, rev: r.Rev}, r.Err)
 	})
 }
 
-// readIndex learns C from the leader, then reads locally at C.
-func (n *node) readIndex(c *call, l *node) {
-	n.w.send(n, l, "readindex", func() {
-		nd := l.member.Node()
-		if nd == nil || !l.member.Serving() {
-			l.w.send(l, n, "readindex-refused", func() { n.reply(c, nil, leaseReply{}, 0, core.ErrNotLeader) })
-			return
-		}
-		rev, compacted := nd.Committed(), nd.Compacted()
-		l.w.send(l, n, "readindex-reply", func() { n.read(c, rev, compacted) })
-	})
-}
-
-// read serves a range at the commit point it learned.
-func (n *node) read(c *call, rev, compacted int64) {
-	txn, err := n.w.eng.Begin(context.Background())
-	if err != nil {
-		n.on(n.latency(), "read failed", func() { n.reply(c, nil, leaseReply{}, 0, err) })
+// rangeRead serves a range at this node's read point if it serves reads,
+// else at a read index from the leader.
+func (n *node) rangeRead(c *call, done func(answer, error)) {
+	if rev, compacted, ok := n.drv.ReadPoint(); ok {
+		n.read(c, rev, compacted, done)
 		return
 	}
-	resp, err := core.Range(storage.NewReader(txn), c.in.rng, rev, compacted)
+	n.drv.ReadIndex(func(rev int64, err error) {
+		if err != nil {
+			done(answer{}, err)
+			return
+		}
+		n.read(c, rev, -1, done)
+	})
+}
+
+// read serves a range at a commit point; compacted < 0 reads the compact
+// revision from the engine (a follower's).
+func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
+	txn, err := n.w.eng.Begin(context.Background())
+	if err != nil {
+		n.on(n.latency(), "read failed", func() { done(answer{}, err) })
+		return
+	}
+	rd := storage.NewReader(txn)
+	if compacted < 0 {
+		compacted, err = core.ReadCompacted(rd)
+	}
+	var resp *pb.RangeResponse
+	if err == nil {
+		resp, err = core.Range(rd, c.in.rng, rev, compacted)
+	}
 	txn.Rollback()
 	d := txn.(*memkv.Txn).Delay()
 	n.on(d, "read", func() {
@@ -384,7 +428,7 @@ func (n *node) read(c *call, rev, compacted int64) {
 		if resp != nil {
 			op = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: resp}}
 		}
-		n.reply(c, op, leaseReply{}, rev, err)
+		done(answer{resp: op, rev: rev}, err)
 	})
 }
 
