@@ -10,6 +10,8 @@ type Sweep struct {
 	// Next is the engine key to resume from; nil at the start.
 	Next []byte
 	Done bool
+	// Limit bounds the records one batch reads (Evaluate's SweepStep).
+	Limit int
 }
 
 // SweepStep returns the deletions of the sweep's next batch (at most

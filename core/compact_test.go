@@ -140,3 +140,66 @@ func TestHashKVCoversHistoryUpToARevision(t *testing.T) {
 		t.Fatal("a later write changed the hash at r2")
 	}
 }
+
+// TestNodeSweepsAfterCompaction: a stored compaction starts a sweep in
+// batches of Config.SweepBatch, each handed out once the last is
+// reported; a failed batch runs again; a physical compaction's answer
+// waits for the sweep's end; a newer compaction during a sweep sweeps
+// again to it afterwards.
+func TestNodeSweepsAfterCompaction(t *testing.T) {
+	s := newScene(t, core.Config{SweepBatch: 2})
+	for i, k := range []string{"a", "b", "c", "a", "b", "c", "a"} {
+		s.propose(core.RequestID(i+1), putOp(k, "v"))
+	}
+	s.settle()
+	s.out = nil
+	history := s.countKeys(core.HistoryKey([]byte("a"), 0))
+	s.node.Compact(20, 6)
+	s.node.AwaitSweep(21, 6)
+	s.expect("compact r6 req20")
+	s.run(s.take(core.WorkCompact, 6))
+	s.expect("sweep r6", "resp req20 at r7")
+	s.node.Compact(22, 7)
+	s.expect("compact r7 req22")
+	s.run(s.take(core.WorkCompact, 7))
+	s.expect("resp req22 at r7") // one batch at a time: r7 waits its turn
+
+	w := s.take(core.WorkSweep, 0)
+	s.node.Report(w, nil, core.NotApplied)
+	s.collect()
+	s.expect("sweep r6 attempt=1")
+	batches := 0
+	for {
+		w = s.take(core.WorkSweep, 0)
+		s.run(w)
+		s.collect()
+		batches++
+		if w.Sweep.Rev == 7 {
+			break
+		}
+		if batches > 20 {
+			t.Fatal("the sweep to r6 does not end")
+		}
+	}
+	if batches < 3 {
+		t.Fatalf("swept in %d batches of 2 records", batches)
+	}
+	if got := s.resp(21); got.Err != nil {
+		t.Fatalf("physical compaction: %+v", got)
+	}
+	for w = s.take(core.WorkSweep, 0); ; w = s.take(core.WorkSweep, 0) {
+		s.run(w)
+		s.collect()
+		if len(s.work) == 0 {
+			break
+		}
+	}
+	if after := s.countKeys(core.HistoryKey([]byte("a"), 0)); after != 3 {
+		t.Fatalf("history records: %d before, %d after the sweep to r7, want one per key", history, after)
+	}
+	s.node.AwaitSweep(23, 7)
+	s.collect()
+	if got := s.resp(23); got.Err != nil {
+		t.Fatalf("a wait for a finished sweep: %+v", got)
+	}
+}

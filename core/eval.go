@@ -44,6 +44,8 @@ type Effects struct {
 	Record *ElectionRecord
 	// Batch holds the effects of each request of WorkBatch, in order.
 	Batch []*Effects
+	// Sweep is WorkSweep's progress after its batch.
+	Sweep *Sweep
 }
 
 // Evaluate runs a work item against a snapshot (the driver's engine
@@ -57,6 +59,18 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		return evaluateElect(rd, w.Elect)
 	case WorkAlarm:
 		return evaluateAlarm(w.Raise), nil
+	case WorkCompact:
+		ws, err := CompactWrites(rd, w.Rev)
+		if err != nil {
+			return nil, err
+		}
+		return &Effects{Writes: ws}, nil
+	case WorkSweep:
+		next, dels, err := SweepStep(rd, *w.Sweep, w.Sweep.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return &Effects{Writes: dels, Sweep: &next}, nil
 	case WorkRequest:
 	default:
 		return nil, ErrEmptyRequest

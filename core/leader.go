@@ -199,7 +199,11 @@ type Member struct {
 	leaseEnd    time.Duration
 	term        int64
 	transferTo  *ElectionRecord // successor while transferring
-	leaseTick   time.Duration   // when the node's leases were last scanned
+	// handingOver: the successor's record was sent to the engine; it may
+	// have landed whatever the answer, so the member serves no more reads
+	// (it steps down once the record is known).
+	handingOver bool
+	leaseTick   time.Duration // when the node's leases were last scanned
 	node        *Node
 	ready       Ready
 }
@@ -232,7 +236,7 @@ func (m *Member) Node() *Node {
 // successor may start (and acknowledge writes) before this member hears
 // that the handover landed.
 func (m *Member) Serving() bool {
-	return m.role == Leader && !(m.electing && m.transferTo != nil)
+	return m.role == Leader && !m.handingOver
 }
 
 // Term returns the term the member leads in (0 if it never led).
@@ -288,6 +292,7 @@ func (m *Member) Tick(now time.Duration) {
 				next := *m.transferTo
 				next.Term, next.Transfer = m.term+1, true
 				next.Deadline = now + m.cfg.Lease
+				m.handingOver = true
 				m.elect(&ElectOp{Expect: m.record, Next: next, reason: electTransfer})
 			}
 			return
@@ -349,7 +354,7 @@ func (m *Member) Transfer(to, addr string) error {
 func (m *Member) stepDown(why string) {
 	m.role = Follower
 	m.node = nil
-	m.transferTo = nil
+	m.transferTo, m.handingOver = nil, false
 	m.steppedDown = why
 	m.ready.RoleChanged = true
 }
@@ -365,6 +370,18 @@ func (m *Member) startRecovery(r *ElectionRecord) {
 // owns reports whether node work belongs to the node the member holds
 // now: work handed out before a step-down is dropped, whoever reports it.
 func (m *Member) owns(w *Work) bool { return m.node != nil && w.Term == m.term }
+
+// Owns reports whether w may still run: the member's own work
+// (elections, recovery reads) always, a node's only while the member
+// holds that node. A driver that delays work (a backoff) asks again, after
+// a Tick, before it starts it: work of a node that is gone could land
+// after a successor started.
+func (m *Member) Owns(w *Work) bool {
+	if w.Kind == WorkElect || w.Kind == WorkRecover {
+		return true
+	}
+	return m.owns(w)
+}
 
 // Deal deals undealt request work of the node the member holds now
 // (Node.Deal); ErrNotLeader if that node is gone.

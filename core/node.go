@@ -40,6 +40,10 @@ const (
 	WorkRecover
 	// WorkAlarm stores the NOSPACE alarm's state (SetNoSpace).
 	WorkAlarm
+	// WorkSweep deletes one batch of what compaction made unreachable
+	// (Evaluate runs SweepStep); the node hands out the next when it is
+	// reported, until the sweep is done.
+	WorkSweep
 	// WorkBatch carries requests on overlapping keys that were waiting
 	// for one another: run them in one engine transaction, each at its
 	// own revision, in order, applying each one's writes before the next
@@ -80,6 +84,8 @@ type Work struct {
 	Raise bool
 	// Batch is WorkBatch's requests, in revision order.
 	Batch []*Work
+	// Sweep is WorkSweep's progress before its batch.
+	Sweep *Sweep
 	// latch is the request's claim on its keys, carried across attempts.
 	latch *latch
 	// after is the revision C must reach before the work goes out
@@ -157,6 +163,9 @@ type Config struct {
 	// MinLeaseTTL is the smallest lease TTL granted, in seconds (etcd
 	// derives it from its election timeout; default 2).
 	MinLeaseTTL int64
+	// SweepBatch bounds the records one compaction sweep batch reads
+	// (default 512).
+	SweepBatch int
 	// Term is the leadership term the node deals in (Member sets it).
 	Term int64
 }
@@ -179,6 +188,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MinLeaseTTL <= 0 {
 		c.MinLeaseTTL = 2
+	}
+	if c.SweepBatch <= 0 {
+		c.SweepBatch = 512
 	}
 	return c
 }
@@ -246,12 +258,13 @@ type Node struct {
 	// compacting is the highest compact revision asked for; a second
 	// request for it or below fails, as in etcd.
 	compacting int64
+	sweep      sweeper
 }
 
 // NewNode returns a node that continues from st.
 func NewNode(cfg Config, st State) *Node {
 	cfg = cfg.withDefaults()
-	return &Node{
+	n := &Node{
 		cfg:       cfg,
 		next:      st.Committed + 1,
 		committed: st.Committed,
@@ -264,6 +277,11 @@ func NewNode(cfg Config, st State) *Node {
 		latches:   newLatches(),
 		nospace:   st.NoSpace,
 	}
+	if st.Compacted > 1 {
+		// Finish what a predecessor's sweep may have left.
+		n.sweepTo(st.Compacted)
+	}
+	return n
 }
 
 // Committed returns the commit point C: reads at C see every write whose
@@ -532,6 +550,8 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 		n.reportFence(w, eff, out)
 	case WorkCompact:
 		n.reportCompact(w, out)
+	case WorkSweep:
+		n.reportSweep(w, eff, out)
 	case WorkAlarm:
 		n.reportAlarm(w, out)
 	case WorkCatchUp:
@@ -762,6 +782,7 @@ func (n *Node) reportCompact(w *Work, out Outcome) {
 		n.watch.compactRev = w.Rev
 		n.ring.Compact(w.Rev)
 		n.watch.compacted(n.compacted, &n.ready)
+		n.sweepTo(w.Rev)
 	}
 	n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Rev: n.committed})
 }
@@ -791,6 +812,15 @@ func DescribeWork(w *Work) string {
 		return fmt.Sprintf("fence r%d req%d attempt=%d", w.Rev, w.ID, w.Attempt)
 	case WorkCompact:
 		return fmt.Sprintf("compact r%d req%d", w.Rev, w.ID)
+	case WorkSweep:
+		s := fmt.Sprintf("sweep r%d", w.Sweep.Rev)
+		if w.Sweep.Next != nil {
+			s += fmt.Sprintf(" from %q", w.Sweep.Next)
+		}
+		if w.Attempt > 0 {
+			s += fmt.Sprintf(" attempt=%d", w.Attempt)
+		}
+		return s
 	case WorkCatchUp:
 		return fmt.Sprintf("catchup watch%d r%d..r%d", w.Watch, w.From, w.To)
 	case WorkElect:

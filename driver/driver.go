@@ -225,9 +225,20 @@ func (d *Driver) start(work []*core.Work, wake []func()) {
 	}
 	for _, w := range work {
 		if b := Backoff(w.Attempt); b > 0 {
-			d.cfg.Clock.AfterFunc(b, func() { d.cfg.Exec.Exec(d, w) })
+			d.cfg.Clock.AfterFunc(b, func() { d.execIfOwned(w) })
 			continue
 		}
+		d.cfg.Exec.Exec(d, w)
+	}
+}
+
+// execIfOwned runs delayed work only if the member, ticked to now, still
+// holds the node that handed it out: the lease that made the work safe
+// may have run out while it waited, and a successor may have started.
+func (d *Driver) execIfOwned(w *core.Work) {
+	var owned bool
+	d.Step(func(m *core.Member) { owned = m.Owns(w) }, nil)
+	if owned {
 		d.cfg.Exec.Exec(d, w)
 	}
 }

@@ -194,3 +194,26 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterTheLeaseIsNotRun: a retry waiting out its backoff when
+// the lease runs out is dropped, never started: a successor may already
+// deal the revision it carries (simulator seed 1079 found this).
+func TestRetryAfterTheLeaseIsNotRun(t *testing.T) {
+	d, clock, ex, m := newLeader(t)
+	ex.failPuts = 1
+	var got *core.Response
+	propose(t, d, "/k", &got)
+	ex.drain(t, d, nil)
+	if len(clock.timers) != 1 {
+		t.Fatalf("want the retry's backoff timer, have %d timers", len(clock.timers))
+	}
+	// The node pauses past its lease; the backoff fires late.
+	clock.now += m.Config().Lease + m.Config().MaxDrift + time.Second
+	clock.advance(0)
+	if len(ex.queue) != 0 {
+		t.Fatalf("a retry of a lost lease was started: %s", core.DescribeWork(ex.queue[0]))
+	}
+	if got == nil || got.Err != driver.ErrLeaderChanged {
+		t.Fatalf("the request got %+v, want ErrLeaderChanged", got)
+	}
+}

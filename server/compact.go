@@ -6,89 +6,12 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
-	"github.com/axon-kv/axon/storage"
 )
 
-// sweepBatch bounds the records one sweep transaction reads.
-const sweepBatch = 512
-
-// compactor deletes what compactions made unreachable, in the
-// background, and runs etcd's auto-compaction.
+// compactor runs etcd's auto-compaction; the sweep that deletes what a
+// compaction made unreachable is the node's work (core.WorkSweep).
 type compactor struct {
-	s     *Server
-	sweep chan int64 // latest compact revision to sweep to
-}
-
-func newCompactor(s *Server) *compactor {
-	return &compactor{s: s, sweep: make(chan int64, 1)}
-}
-
-// swept asks for a sweep up to rev; the latest request wins.
-func (c *compactor) swept(rev int64) {
-	for {
-		select {
-		case c.sweep <- rev:
-			return
-		default:
-		}
-		select {
-		case old := <-c.sweep:
-			rev = max(rev, old)
-		default:
-		}
-	}
-}
-
-// run sweeps until the server closes.
-func (c *compactor) run() {
-	defer c.s.work.Done()
-	for {
-		select {
-		case <-c.s.ctx.Done():
-			return
-		case rev := <-c.sweep:
-			if err := c.sweepTo(rev); err != nil && !errors.Is(err, context.Canceled) {
-				c.s.log.Warn("compaction sweep", "revision", rev, "err", err)
-			}
-		}
-	}
-}
-
-// sweepTo runs a sweep to its end, one engine transaction per batch; a
-// batch that conflicts with a write is run again.
-func (c *compactor) sweepTo(rev int64) error {
-	start := time.Now()
-	sw, deleted := core.Sweep{Rev: rev}, 0
-	for !sw.Done {
-		if err := c.s.ctx.Err(); err != nil {
-			return err
-		}
-		txn, err := c.s.eng.Begin(c.s.ctx)
-		if err != nil {
-			return err
-		}
-		next, dels, err := core.SweepStep(storage.NewReader(txn), sw, sweepBatch)
-		if err == nil {
-			for _, d := range dels {
-				if err = txn.Delete(d.Key); err != nil {
-					break
-				}
-			}
-		}
-		if err == nil && len(dels) > 0 {
-			err = txn.Commit(c.s.ctx)
-		}
-		txn.Rollback()
-		switch {
-		case errors.Is(err, storage.ErrConflict), errors.Is(err, storage.ErrUnavailable):
-			continue // the same batch again
-		case err != nil:
-			return err
-		}
-		sw, deleted = next, deleted+len(dels)
-	}
-	c.s.log.Info("compaction swept", "revision", rev, "deleted", deleted, "took", time.Since(start))
-	return nil
+	s *Server
 }
 
 // AutoCompaction is etcd's --auto-compaction-mode and -retention.
@@ -149,8 +72,7 @@ func (c *compactor) auto(ac AutoCompaction) {
 	}
 }
 
-// compact compacts to rev through the node, as a client would, then
-// sweeps.
+// compact compacts to rev through the node, as a client would.
 func (c *compactor) compact(rev int64) {
 	ctx, cancel := context.WithTimeout(c.s.ctx, time.Minute)
 	defer cancel()
@@ -159,5 +81,4 @@ func (c *compactor) compact(rev int64) {
 		return
 	}
 	c.s.log.Info("auto-compacted", "revision", rev)
-	c.swept(rev)
 }

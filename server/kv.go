@@ -182,11 +182,9 @@ func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 		// etcd's physical compaction: with it the call returns once the
 		// old versions are gone; without, the sweep runs behind.
 		if r.Physical {
-			if err := k.s.compact.sweepTo(r.Revision); err != nil {
+			if _, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.AwaitSweep(id, r.Revision) }); err != nil {
 				return nil, err
 			}
-		} else {
-			k.s.compact.swept(r.Revision)
 		}
 		return &pb.CompactionResponse{Header: k.s.header(resp.Rev)}, nil
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.CompactionResponse, error) {

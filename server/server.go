@@ -180,15 +180,14 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
 	s.metrics = newMetrics(s)
-	s.compact = newCompactor(s)
+	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
 	if sz, ok := eng.(interface{ Size() int64 }); ok {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
-	s.work.Add(3)
+	s.work.Add(2)
 	go s.tick(cfg.TickInterval)
-	go s.compact.run()
 	go s.announce()
 	if cfg.AutoCompaction.Mode != "" {
 		s.work.Add(1)
@@ -270,10 +269,7 @@ func (s *Server) roleChanged() {
 	role := s.member.Role()
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()
-	if n := s.member.Node(); n != nil {
-		if c := n.Compacted(); c > 1 {
-			s.compact.swept(c) // finish what a predecessor left
-		}
+	if s.member.Node() != nil {
 		return
 	}
 	if role != core.Follower {

@@ -225,7 +225,7 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 // restart. Only a fenced revision (an attempt that did not land) may hold
 // no event.
 func (w *World) checkNoEmptyRevisions() error {
-	return w.final(func(rd storage.Reader, st core.State) error {
+	return w.archive(func(rd storage.Reader, st core.State) error {
 		for rev := int64(1); rev <= st.Committed; rev++ {
 			v, ok, err := rd.Get(core.RevisionKey(rev))
 			if err != nil || !ok {

@@ -98,6 +98,9 @@ type client struct {
 	counter *counterLoop
 	watcher bool
 	final   bool // the post-heal liveness operation is out
+	// compacted is a compact revision this client's compaction stored:
+	// its next call reads everything at it, while the sweep runs.
+	compacted int64
 }
 
 type listState struct {
@@ -231,6 +234,10 @@ func (c *client) next() input {
 	w := c.w
 	if c.list != nil {
 		return input{kind: opRange, rng: &pb.RangeRequest{Key: c.list.next, RangeEnd: []byte("/registry/pods0"), Limit: 2, Revision: c.list.rev}}
+	}
+	if rev := c.compacted; rev > 0 {
+		c.compacted = 0
+		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte("/"), RangeEnd: []byte("0"), Revision: rev}}
 	}
 	if hot := w.plan.HotKeys; c.counter == nil && len(hot) > 0 && w.chance(w.plan.HotShare/2) {
 		c.counter = &counterLoop{key: hot[w.rng.IntN(len(hot))]}
@@ -436,6 +443,8 @@ func (c *client) learn(cl *call) {
 		}
 	case opWrite:
 		c.learnTxn(cl.in.write, cl.resp)
+	case opCompact:
+		c.compacted = cl.in.rev
 	}
 }
 

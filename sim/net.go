@@ -76,7 +76,7 @@ func (t simTransport) ReadIndex(addr string, done func(int64, error)) {
 		return
 	}
 	n.w.call(n, to, "readindex", func(reply func(answer, error)) {
-		rev, _, ok := to.drv.ReadPoint()
+		rev, _, ok := to.readPoint()
 		if !ok {
 			reply(answer{}, core.ErrNotLeader)
 			return

@@ -18,20 +18,21 @@ import (
 // node is one simulated Axon instance: a core.Member driven in virtual
 // time, with a clock of its own, that a crash wipes.
 type node struct {
-	w           *World
-	idx         int
-	name        string
-	incarnation int
-	member      *core.Member
-	drv         *driver.Driver
-	offset      time.Duration // clock offset from true virtual time
-	up          bool
-	pausedUntil time.Duration
-	isolated    bool
-	epoch       int                      // bumped by a crash: stale callbacks are dropped
-	calls       map[core.RequestID]*call // every call proposed here, for ground truth
-	nextWatch   core.WatchID
-	subs        map[core.WatchID]*watchSub
+	w             *World
+	idx           int
+	name          string
+	incarnation   int
+	member        *core.Member
+	drv           *driver.Driver
+	offset        time.Duration // clock offset from true virtual time
+	up            bool
+	pausedUntil   time.Duration
+	isolated      bool
+	epoch         int                      // bumped by a crash: stale callbacks are dropped
+	lastCommitted int64                    // the commit point when it last led
+	calls         map[core.RequestID]*call // every call proposed here, for ground truth
+	nextWatch     core.WatchID
+	subs          map[core.WatchID]*watchSub
 }
 
 // watchSub is a client watch served by this node while it leads.
@@ -61,11 +62,12 @@ func (n *node) start() {
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
-		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64},
+		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Hooks: driver.Hooks{
 		Check: func(m *core.Member) {
 			if nd := m.Node(); nd != nil {
+				n.lastCommitted = nd.Committed()
 				if err := nd.Invariants(); err != nil && n.w.violation == nil {
 					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
 				}
@@ -221,8 +223,11 @@ func (n *node) runWork(wk *core.Work) {
 		out := exec.Outcome(err)
 		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
 			a := attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
-			if nd := n.member.Node(); nd != nil && wk.Rev == 0 {
-				a.readAt = nd.Committed() // it took no revision: place it at C
+			if wk.Rev == 0 {
+				// It took no revision: place it at the commit point of
+				// the node that handed it out (it may have stepped down
+				// since; no successor starts before this lands).
+				a.readAt = n.lastCommitted
 			}
 			n.w.expiryAttempts = append(n.w.expiryAttempts, a)
 		}
@@ -389,10 +394,31 @@ func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answere
 	})
 }
 
+// readPoint is the driver's ReadPoint, checked against the truth: a
+// member serves reads at its own commit point only while the election
+// record in the engine still names it in its term. Once it names another
+// (a handover landed, even if its writer has not heard), the successor
+// may acknowledge writes this member's reads would not see.
+func (n *node) readPoint() (rev, compacted int64, ok bool) {
+	rev, compacted, ok = n.drv.ReadPoint()
+	if !ok || n.w.violation != nil {
+		return rev, compacted, ok
+	}
+	v, found := n.w.eng.Peek(core.MetaKey(core.MetaLeader))
+	var rec *core.ElectionRecord
+	if found {
+		rec, _ = core.DecodeElectionRecord(v)
+	}
+	if rec == nil || rec.Holder != n.id() || rec.Term != n.member.Term() {
+		n.w.violation = fmt.Errorf("%s serves reads at r%d in term %d, but the election record is %+v", n.id(), rev, n.member.Term(), rec)
+	}
+	return rev, compacted, ok
+}
+
 // rangeRead serves a range at this node's read point if it serves reads,
 // else at a read index from the leader.
 func (n *node) rangeRead(c *call, done func(answer, error)) {
-	if rev, compacted, ok := n.drv.ReadPoint(); ok {
+	if rev, compacted, ok := n.readPoint(); ok {
 		n.read(c, rev, compacted, done)
 		return
 	}

@@ -245,10 +245,23 @@ func (w *World) final(fn func(rd storage.Reader, st core.State) error) error {
 	return fn(rd, st)
 }
 
+// archive is final over the engine's archive: every revision and
+// history record ever applied, also those a compaction sweep deleted.
+func (w *World) archive(fn func(rd storage.Reader, st core.State) error) error {
+	txn := w.eng.Archive()
+	defer txn.Rollback()
+	rd := storage.NewReader(txn)
+	st, err := core.Recover(rd)
+	if err != nil {
+		return err
+	}
+	return fn(rd, st)
+}
+
 // committedEvents reads the ground truth: every applied revision's
-// events, from the final engine state.
+// events, from the engine's archive.
 func (w *World) committedEvents() (evs []core.Event, err error) {
-	err = w.final(func(rd storage.Reader, st core.State) (err error) {
+	err = w.archive(func(rd storage.Reader, st core.State) (err error) {
 		evs, _, err = core.ReadEvents(rd, 1, st.Committed, 0)
 		return err
 	})
@@ -272,10 +285,7 @@ func (w *World) leaseGone(id int64) (bool, error) {
 // appliedRevision reports whether revision rev, as dealt in term, is
 // applied in the engine.
 func (w *World) appliedRevision(rev, term int64) (bool, error) {
-	txn, err := w.eng.Begin(context.Background())
-	if err != nil {
-		return false, err
-	}
+	txn := w.eng.Archive()
 	defer txn.Rollback()
 	v, err := txn.Get(core.RevisionKey(rev))
 	if errors.Is(err, storage.ErrNotFound) {

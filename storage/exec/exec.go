@@ -37,10 +37,6 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 		err error
 	)
 	switch {
-	case w.Kind == core.WorkCompact:
-		var ws []core.Write
-		ws, err = core.CompactWrites(rd, w.Rev)
-		eff = &core.Effects{Writes: ws}
 	case w.Kind == core.WorkRequest && w.Rev == 0:
 		rd = newMemo(rd)
 		if eff, err = core.Evaluate(rd, w); err == nil && eff.NeedsRevision() {

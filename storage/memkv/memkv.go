@@ -168,6 +168,14 @@ func (e *Engine) check(op Op) (Fault, error) {
 	return f, nil
 }
 
+// checkRead is check for a read of t: an archive reads without faults.
+func (e *Engine) checkRead(t *Txn, op Op) (Fault, error) {
+	if t.archive {
+		return Fault{}, nil
+	}
+	return e.check(op)
+}
+
 // Begin starts a transaction on the latest committed state.
 func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	if err := ctx.Err(); err != nil {
@@ -237,6 +245,24 @@ func (e *Engine) hold(t *Txn, after time.Duration) {
 	e.pending = slices.Insert(e.pending, i, t)
 }
 
+// Archive returns a read-only transaction, without faults, in which
+// every key reads as the last value ever committed to it: what a
+// compaction sweep deleted is still there. A simulator's ground truth
+// of everything that was ever applied.
+func (e *Engine) Archive() storage.Txn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return &Txn{e: e, snap: e.ts, writes: map[string]write{}, locks: map[string]struct{}{}, archive: true}
+}
+
+// Peek returns the latest committed value of key, outside any
+// transaction and without faults: a simulator's ground truth.
+func (e *Engine) Peek(key []byte) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.read(key, e.ts)
+}
+
 // read returns the value of key at snapshot snap. Callers hold e.mu.
 func (e *Engine) read(key []byte, snap uint64) ([]byte, bool) {
 	it, ok := e.tree.Get(&item{key: key})
@@ -244,6 +270,20 @@ func (e *Engine) read(key []byte, snap uint64) ([]byte, bool) {
 		return nil, false
 	}
 	return it.at(snap)
+}
+
+// view is at, or with archive the newest version at snap that is not a
+// delete.
+func (it *item) view(snap uint64, archive bool) ([]byte, bool) {
+	if !archive {
+		return it.at(snap)
+	}
+	for i := len(it.versions) - 1; i >= 0; i-- {
+		if v := it.versions[i]; v.ts <= snap && !v.deleted {
+			return v.value, true
+		}
+	}
+	return nil, false
 }
 
 // at returns the newest version visible at snap.
@@ -293,6 +333,9 @@ type Txn struct {
 	applyAt           time.Duration
 	seq               uint64
 	skipConflictCheck bool // Fault.SkipConflictCheck of its commit
+	// archive: every key reads as the last value ever committed to it,
+	// deletes ignored (Archive).
+	archive bool
 }
 
 type write struct {
@@ -358,7 +401,7 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	}
 	t.e.mu.Lock()
 	defer t.e.mu.Unlock()
-	f, err := t.e.check(Op{Kind: OpGet, Keys: [][]byte{key}})
+	f, err := t.e.checkRead(t, Op{Kind: OpGet, Keys: [][]byte{key}})
 	t.delay += f.Delay
 	if err != nil {
 		return nil, err
@@ -369,7 +412,13 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 		}
 		return bytes.Clone(w.value), nil
 	}
-	v, ok := t.e.read(key, t.snap)
+	var (
+		v  []byte
+		ok bool
+	)
+	if it, found := t.e.tree.Get(&item{key: key}); found {
+		v, ok = it.view(t.snap, t.archive)
+	}
 	if !ok {
 		return nil, fmt.Errorf("memkv: get %q: %w", key, storage.ErrNotFound)
 	}
@@ -455,7 +504,7 @@ func (t *Txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {
 		return nil, err
 	}
 	t.e.mu.Lock()
-	f, err := t.e.check(Op{Kind: OpIter, Keys: [][]byte{opts.Lower, opts.Upper}})
+	f, err := t.e.checkRead(t, Op{Kind: OpIter, Keys: [][]byte{opts.Lower, opts.Upper}})
 	t.delay += f.Delay
 	t.e.mu.Unlock()
 	if err != nil {
@@ -575,7 +624,7 @@ func (it *iterator) fill() error {
 			return false
 		}
 		it.last = i.key
-		if v, ok := i.at(it.t.snap); ok {
+		if v, ok := i.view(it.t.snap, it.t.archive); ok {
 			it.rows = append(it.rows, entry{key: i.key, value: v})
 		}
 		return len(it.rows) < it.batch
