@@ -230,6 +230,9 @@ func (n *node) runWork(wk *core.Work) {
 				a.readAt = n.lastCommitted
 			}
 			n.w.expiryAttempts = append(n.w.expiryAttempts, a)
+			if out == core.Committed {
+				n.w.expired = append(n.w.expired, expired{lease: wk.Lease.ID, at: n.w.now, by: n.id()})
+			}
 		}
 		if out != core.NotApplied {
 			n.recordAttempts(wk, eff)

@@ -60,6 +60,8 @@ type World struct {
 	expiries  []expiry
 	// expiryAttempts are lease expiries committed, maybe uncertainly.
 	expiryAttempts []attempt
+	// expired are the lease expiries surely applied.
+	expired []expired
 }
 
 func newWorld(cfg Config) *World {
