@@ -93,7 +93,7 @@ func benchEngine(b *testing.B, n int) (*memkv.Engine, int64) {
 	for i := 0; i < n; i++ {
 		node.Propose(core.RequestID(i+1), putOp(fmt.Sprintf("key%04d", i), "value"))
 		for _, w := range node.Ready().Work {
-			eff, out := exec.Run(ctx, eng, w, node)
+			eff, out, _ := exec.Run(ctx, eng, w, node)
 			node.Report(w, eff, out)
 		}
 	}

@@ -115,7 +115,7 @@ func (s *scene) run(w *core.Work) {
 		s.node.CatchUpDone(w, evs, last, err)
 		return
 	}
-	eff, out := exec.Run(s.ctx, s.eng, w, s.node)
+	eff, out, _ := exec.Run(s.ctx, s.eng, w, s.node)
 	s.node.Report(w, eff, out)
 }
 
@@ -1162,7 +1162,7 @@ func (mb *member) step(now time.Duration) {
 				mb.m.Recovered(st, err)
 				continue
 			}
-			eff, out := exec.Run(mb.ctx, mb.eng, w, mb.m)
+			eff, out, _ := exec.Run(mb.ctx, mb.eng, w, mb.m)
 			mb.m.Report(w, eff, out)
 		}
 	}
@@ -1407,7 +1407,7 @@ func TestUncertainHandoverStopsReads(t *testing.T) {
 		t.Fatal("serving while the handover is written")
 	}
 	w := rd.Work[0]
-	eff, out := exec.Run(a.ctx, eng, w, a.m)
+	eff, out, _ := exec.Run(a.ctx, eng, w, a.m)
 	if out != core.Committed {
 		t.Fatalf("handover write: %v", out)
 	}

@@ -1,7 +1,9 @@
 package driver
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
 )
 
 // ErrLeaderChanged answers requests that were waiting when this member
@@ -80,6 +83,8 @@ type Config struct {
 	// was not applied and may go to the next leader; nil: ErrNotLeading,
 	// core.ErrNotLeader and core.ErrNoLeader.
 	Refused func(error) bool
+	// Log receives the errors of failed work (nil: none logged).
+	Log *slog.Logger
 	// RetryEvery is how soon a refused call is tried again if the leader
 	// does not change first (default 20 ms).
 	RetryEvery time.Duration
@@ -152,8 +157,16 @@ func (d *Driver) Propose(submit func(n *core.Node, id core.RequestID), answer fu
 	})
 }
 
-// Done feeds back how a work item ended.
+// Done feeds back how a work item ended; a failure's error is logged
+// once, here (a conflict, normal under contention, only at debug level).
 func (d *Driver) Done(w *core.Work, r Result) {
+	if r.Err != nil && d.cfg.Log != nil {
+		level := slog.LevelWarn
+		if errors.Is(r.Err, storage.ErrConflict) || errors.Is(r.Err, context.Canceled) {
+			level = slog.LevelDebug
+		}
+		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", workKind(w.Kind), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
+	}
 	d.Step(func(m *core.Member) {
 		switch w.Kind {
 		case core.WorkCatchUp:
@@ -241,6 +254,32 @@ func (d *Driver) execIfOwned(w *core.Work) {
 	if owned {
 		d.cfg.Exec.Exec(d, w)
 	}
+}
+
+// workKind names a kind of work for logs (DescribeWork would log keys
+// and values).
+func workKind(k core.WorkKind) string {
+	switch k {
+	case core.WorkRequest:
+		return "request"
+	case core.WorkFence:
+		return "fence"
+	case core.WorkCompact:
+		return "compact"
+	case core.WorkSweep:
+		return "sweep"
+	case core.WorkCatchUp:
+		return "catch-up"
+	case core.WorkElect:
+		return "election"
+	case core.WorkRecover:
+		return "recovery"
+	case core.WorkAlarm:
+		return "alarm"
+	case core.WorkBatch:
+		return "batch"
+	}
+	return "unknown"
 }
 
 // Backoff is how long to wait before attempt n of a work item: 5 ms more

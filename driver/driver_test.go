@@ -86,7 +86,7 @@ func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) 
 				d.Done(w, driver.Result{Outcome: core.NotApplied})
 				continue
 			}
-			eff, out := exec.Run(ctx, e.eng, w, d)
+			eff, out, _ := exec.Run(ctx, e.eng, w, d)
 			d.Done(w, driver.Result{Effects: eff, Outcome: out})
 		}
 	}

@@ -194,7 +194,7 @@ func FuzzEvaluate(f *testing.F) {
 				t.Fatalf("no quiescence after %d rounds", step)
 			}
 			for _, w := range rd.Work {
-				eff, out := exec.Run(ctx, eng, w, node)
+				eff, out, _ := exec.Run(ctx, eng, w, node)
 				node.Report(w, eff, out)
 			}
 		}

@@ -168,7 +168,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		LeaseTickEvery: 50 * time.Millisecond, Node: cfg.Core,
 	})
 	s.mcfg = s.member.Config()
-	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Clock: wallClock{s}, Exec: executor{s},
+	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
 		Transport: peerTransport{s}, Refused: refused,
 		Hooks: driver.Hooks{
 			Watch: func(n *core.Node, wr core.WatchResponse) {
@@ -304,9 +304,6 @@ func (s *Server) run(w *core.Work) driver.Result {
 		return driver.Result{Events: evs, Last: last, Err: err}
 	case core.WorkRecover:
 		st, err := exec.Recover(s.ctx, s.eng)
-		if err != nil {
-			s.log.Warn("recovery read failed", "err", err)
-		}
 		return driver.Result{State: st, Err: err}
 	}
 	// A commit must land within the engine deadline or not at all: that
@@ -314,9 +311,9 @@ func (s *Server) run(w *core.Work) driver.Result {
 	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
 	defer cancel()
 	began := time.Now()
-	eff, out := exec.Run(ctx, s.eng, w, s.drv)
+	eff, out, err := exec.Run(ctx, s.eng, w, s.drv)
 	s.metrics.observeRun(time.Since(began), out)
-	return driver.Result{Effects: eff, Outcome: out}
+	return driver.Result{Effects: eff, Outcome: out, Err: err}
 }
 
 // propose sends a request through the node and waits for its answer;

@@ -74,24 +74,27 @@ func Outcome(commitErr error) core.Outcome {
 	return core.NotApplied
 }
 
-// Run executes w in one engine transaction and returns what to Report.
+// Run executes w in one engine transaction and returns what to Report,
+// with the error that made it fail, if any (the outcome already says
+// what became of it; the error says why, for the log).
 // Catch-up work is read-only and goes through CatchUp instead.
-func Run(ctx context.Context, eng storage.Engine, w *core.Work, d Dealer) (*core.Effects, core.Outcome) {
+func Run(ctx context.Context, eng storage.Engine, w *core.Work, d Dealer) (*core.Effects, core.Outcome, error) {
 	txn, err := eng.Begin(ctx)
 	if err != nil {
-		return nil, core.NotApplied
+		return nil, core.NotApplied, err
 	}
 	defer txn.Rollback()
 	eff, err := Apply(txn, w, d)
 	if out, done := Settled(eff, err); done {
-		return eff, out
+		return eff, out, err
 	}
-	if ctx.Err() != nil {
+	if err := ctx.Err(); err != nil {
 		// Past the engine deadline: a commit now could land after a
 		// new leader took over. Not committing is definite.
-		return eff, core.NotApplied
+		return eff, core.NotApplied, err
 	}
-	return eff, Outcome(txn.Commit(ctx))
+	err = txn.Commit(ctx)
+	return eff, Outcome(err), err
 }
 
 // Settled tells whether an applied work item is over without a commit,
