@@ -72,16 +72,17 @@
 //  2. Feed inputs: Propose for Put, DeleteRange and Txn; Compact;
 //     AddWatch, CancelWatch. Validation errors come back at once.
 //  3. Call Ready and act on every output:
-//     - Work: for WorkRequest, WorkBatch, WorkFence and WorkCompact,
-//     begin an engine transaction, evaluate the work against it
-//     (Evaluate, or CompactWrites; undealt work twice, with Deal between
+//     - Work: for WorkRequest, WorkBatch, WorkFence, WorkCompact,
+//     WorkSweep, WorkElect and WorkAlarm, begin an engine transaction,
+//     evaluate the work against it (Evaluate; undealt work twice, with Deal between
 //     when Effects.NeedsRevision; for WorkBatch each request in order,
 //     applying its writes before evaluating the next, with the effects in
 //     Effects.Batch — storage/exec.Apply does all of this), apply
 //     Effects.Writes, commit unless Effects.Late, and Report the work with
 //     its Effects and the Outcome: Committed, NotApplied (definite
 //     failure) or Uncertain. Work items are independent and may run
-//     concurrently, in any order; back off by Work.Attempt. For WorkCatchUp, read ReadEvents(From, To) in a
+//     concurrently, in any order; back off by Work.Attempt, and start
+//     delayed work only if Member.Owns it after a Tick. For WorkCatchUp, read ReadEvents(From, To) in a
 //     snapshot and hand the result to CatchUpDone.
 //     - Responses: deliver each to the client waiting on its RequestID.
 //     - WatchResponses: deliver in order per watch.

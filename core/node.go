@@ -56,8 +56,8 @@ const (
 const maxBatch = 64
 
 // Work is one engine transaction for the driver to run: begin a
-// transaction, Evaluate (or ReadEvents for catch-up, CompactWrites for
-// compaction) against it, apply the writes, commit, then Report.
+// transaction, Evaluate (or ReadEvents for catch-up, Recover for a
+// recovery read) against it, apply the writes, commit, then Report.
 type Work struct {
 	Kind    WorkKind
 	Rev     int64 // dealt revision (WorkRequest, WorkFence); 0 until Deal
