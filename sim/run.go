@@ -236,19 +236,18 @@ func (w *World) final(fn func(rd storage.Reader, st core.State) error) error {
 	if err != nil {
 		return err
 	}
-	defer txn.Rollback()
-	rd := storage.NewReader(txn)
-	st, err := core.Recover(rd)
-	if err != nil {
-		return err
-	}
-	return fn(rd, st)
+	return recovered(txn, fn)
 }
 
 // archive is final over the engine's archive: every revision and
 // history record ever applied, also those a compaction sweep deleted.
 func (w *World) archive(fn func(rd storage.Reader, st core.State) error) error {
-	txn := w.eng.Archive()
+	return recovered(w.eng.Archive(), fn)
+}
+
+// recovered runs fn over txn and the State recovered from it, then
+// rolls txn back.
+func recovered(txn storage.Txn, fn func(rd storage.Reader, st core.State) error) error {
 	defer txn.Rollback()
 	rd := storage.NewReader(txn)
 	st, err := core.Recover(rd)
