@@ -52,6 +52,32 @@ const (
 	WorkBatch
 )
 
+// String names the kind for logs and traces (DescribeWork, which also
+// shows keys and values, is for traces only).
+func (k WorkKind) String() string {
+	switch k {
+	case WorkRequest:
+		return "request"
+	case WorkFence:
+		return "fence"
+	case WorkCompact:
+		return "compact"
+	case WorkSweep:
+		return "sweep"
+	case WorkCatchUp:
+		return "catch-up"
+	case WorkElect:
+		return "election"
+	case WorkRecover:
+		return "recovery"
+	case WorkAlarm:
+		return "alarm"
+	case WorkBatch:
+		return "batch"
+	}
+	return fmt.Sprintf("WorkKind(%d)", uint8(k))
+}
+
 // maxBatch bounds the requests of one WorkBatch.
 const maxBatch = 64
 
@@ -111,6 +137,19 @@ const (
 	// Uncertain: the engine did not say; it may apply it, even later.
 	Uncertain
 )
+
+// String names the outcome for logs and traces.
+func (o Outcome) String() string {
+	switch o {
+	case Committed:
+		return "committed"
+	case NotApplied:
+		return "not-applied"
+	case Uncertain:
+		return "uncertain"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
 
 // Response is a request's answer, released in revision order. ID 0 marks
 // the node's own work (a lease expiry): no client waits for it.

@@ -165,7 +165,7 @@ func (d *Driver) Done(w *core.Work, r Result) {
 		if errors.Is(r.Err, storage.ErrConflict) || errors.Is(r.Err, context.Canceled) {
 			level = slog.LevelDebug
 		}
-		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", workKind(w.Kind), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
+		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", w.Kind.String(), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
 	}
 	d.Step(func(m *core.Member) {
 		switch w.Kind {
@@ -254,32 +254,6 @@ func (d *Driver) execIfOwned(w *core.Work) {
 	if owned {
 		d.cfg.Exec.Exec(d, w)
 	}
-}
-
-// workKind names a kind of work for logs (DescribeWork would log keys
-// and values).
-func workKind(k core.WorkKind) string {
-	switch k {
-	case core.WorkRequest:
-		return "request"
-	case core.WorkFence:
-		return "fence"
-	case core.WorkCompact:
-		return "compact"
-	case core.WorkSweep:
-		return "sweep"
-	case core.WorkCatchUp:
-		return "catch-up"
-	case core.WorkElect:
-		return "election"
-	case core.WorkRecover:
-		return "recovery"
-	case core.WorkAlarm:
-		return "alarm"
-	case core.WorkBatch:
-		return "batch"
-	}
-	return "unknown"
 }
 
 // Backoff is how long to wait before attempt n of a work item: 5 ms more

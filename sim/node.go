@@ -266,21 +266,9 @@ func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
 
 func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
 	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkBatch || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
-		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), outcomeName(out), errText(err))
+		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), out, errText(err))
 	}
 	n.drv.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
-}
-
-func outcomeName(o core.Outcome) string {
-	switch o {
-	case core.Committed:
-		return "committed"
-	case core.NotApplied:
-		return "not-applied"
-	case core.Uncertain:
-		return "uncertain"
-	}
-	return "?"
 }
 
 func errText(err error) string {
