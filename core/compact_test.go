@@ -203,3 +203,28 @@ func TestNodeSweepsAfterCompaction(t *testing.T) {
 		t.Fatalf("a wait for a finished sweep: %+v", got)
 	}
 }
+
+// TestRequestProgressWaitsForSync: RequestProgress for a watch still
+// catching up is answered only after the events it covers, in the same
+// Ready; for no registered watch it asks nothing.
+func TestRequestProgressWaitsForSync(t *testing.T) {
+	s := newScene(t, core.Config{RingSize: 1})
+	for i, k := range []string{"a", "b", "c"} {
+		s.propose(core.RequestID(i+1), putOp(k, "v"))
+	}
+	s.settle()
+	s.out = nil
+	if s.node.RequestProgress(9) {
+		t.Fatal("a progress request for no watch was taken")
+	}
+	if err := s.node.AddWatch(core.Watch{ID: 5, Key: []byte("a"), End: []byte("\x00"), StartRev: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.node.RequestProgress(5) {
+		t.Fatal("the progress request was refused")
+	}
+	s.expect("catchup watch5 r1..r3")
+	s.run(s.take(core.WorkCatchUp, 0))
+	s.expect(`watch5 r3 [PUT "a"] [PUT "b"] [PUT "c"]`, "watch5 requested progress r3")
+	s.expect()
+}

@@ -339,6 +339,10 @@ func (n *Node) Config() Config { return n.cfg }
 
 // Ready returns the outputs collected since the last call and clears them.
 func (n *Node) Ready() Ready {
+	if len(n.watch.asked) > 0 {
+		n.watch.flush(&n.ready)
+		n.answerProgress()
+	}
 	rd := n.ready
 	rd.Committed = n.committed
 	n.ready = Ready{}

@@ -33,6 +33,9 @@ type WatchResponse struct {
 	CompactRevision int64
 	// Progress marks an empty progress notification.
 	Progress bool
+	// Requested marks the answer to RequestProgress, for all the
+	// watches of the request (etcd sends it with watch ID -1).
+	Requested bool
 }
 
 type watcher struct {
@@ -45,8 +48,9 @@ type watcher struct {
 type watchers struct {
 	compactRev int64 // events with a compacted previous revision lose prev_kv
 	byID       map[WatchID]*watcher
-	list       []*watcher // in registration order, for deterministic output
-	dirty      []*watcher // with a pending response, in first-touch order
+	list       []*watcher  // in registration order, for deterministic output
+	dirty      []*watcher  // with a pending response, in first-touch order
+	asked      [][]WatchID // RequestProgress calls not yet answered
 }
 
 func newWatchers(compacted int64) watchers {
@@ -252,11 +256,59 @@ func (n *Node) Progress(ids ...WatchID) (rev int64, ok bool) {
 	return n.committed, true
 }
 
+// RequestProgress asks for etcd's RequestProgress answer covering the
+// watches ids (one stream's): once every one of them is synced, Ready
+// carries a WatchResponse{Progress, Requested} at C for one of them,
+// after every event it covers. It reports false and asks nothing when
+// none of ids is registered: the driver may answer at C at once.
+func (n *Node) RequestProgress(ids ...WatchID) bool {
+	live := n.watch.registered(ids)
+	if len(live) == 0 {
+		return false
+	}
+	n.watch.asked = append(n.watch.asked, live)
+	return true
+}
+
+// registered keeps the ids of ids that are registered watches.
+func (ws *watchers) registered(ids []WatchID) []WatchID {
+	live := make([]WatchID, 0, len(ids))
+	for _, id := range ids {
+		if ws.byID[id] != nil {
+			live = append(live, id)
+		}
+	}
+	return live
+}
+
+// answerProgress answers the RequestProgress calls whose watches are
+// all synced now; a call whose watches are all gone is dropped.
+func (n *Node) answerProgress() {
+	ws := &n.watch
+	kept := ws.asked[:0]
+	for _, ids := range ws.asked {
+		live := ws.registered(ids)
+		if len(live) == 0 {
+			continue
+		}
+		rev, ok := n.Progress(live...)
+		if !ok {
+			kept = append(kept, live)
+			continue
+		}
+		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: live[0], Progress: true, Requested: true, Revision: rev})
+	}
+	clear(ws.asked[len(kept):])
+	ws.asked = kept
+}
+
 // DescribeWatchResponse renders a watch response on one line.
 func DescribeWatchResponse(r WatchResponse) string {
 	switch {
 	case r.Canceled:
 		return fmt.Sprintf("watch%d canceled compact=%d", r.ID, r.CompactRevision)
+	case r.Progress && r.Requested:
+		return fmt.Sprintf("watch%d requested progress r%d", r.ID, r.Revision)
 	case r.Progress:
 		return fmt.Sprintf("watch%d progress r%d", r.ID, r.Revision)
 	}

@@ -217,3 +217,23 @@ func TestRetryAfterTheLeaseIsNotRun(t *testing.T) {
 		t.Fatalf("the request got %+v, want ErrLeaderChanged", got)
 	}
 }
+
+// TestTransferEndsWhenTheSuccessorHolds: Transfer drains, writes the
+// successor's record and answers once this member follows it, woken by
+// the leader change (the fake clock only moves when the test says).
+func TestTransferEndsWhenTheSuccessorHolds(t *testing.T) {
+	d, clock, ex, m := newLeader(t)
+	var got error
+	answered := false
+	d.Transfer("b.1", "b", func(err error) { got, answered = err, true })
+	for i := 0; i < 10 && !answered; i++ {
+		ex.drain(t, d, nil)
+		clock.advance(20 * time.Millisecond)
+	}
+	if !answered || got != nil {
+		t.Fatalf("transfer answered=%v err=%v: %s", answered, got, core.DescribeMember(m))
+	}
+	if rec, ok := m.Leader(); !ok || rec.Holder != "b.1" || m.Role() != core.Follower {
+		t.Fatalf("after the transfer: %s, leader %+v", core.DescribeMember(m), rec)
+	}
+}

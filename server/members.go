@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -203,29 +202,15 @@ func (s *Server) transferTo(ctx context.Context, target uint64) error {
 		}
 		return rpctypes.ErrGRPCBadLeaderTransferee
 	}
-	var terr error
-	s.stepMember(func(m *core.Member) { terr = m.Transfer(to.Instance, to.addr()) })
-	if terr != nil {
-		return terr
-	}
 	s.log.Info("transferring leadership", "to", to.Name)
-	deadline := time.Now().Add(s.drv.FailoverWait())
-	for time.Now().Before(deadline) {
-		s.mu.Lock()
-		rec, ok := s.member.Leader()
-		done := s.member.Role() == core.Follower && ok && rec.Holder == to.Instance
-		s.mu.Unlock()
-		if done {
-			return nil
-		}
-		s.step(nil)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+	ch := make(chan error, 1)
+	s.drv.Transfer(to.Instance, to.addr(), func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return fmt.Errorf("axon: transfer to %s did not finish in %v", to.Name, s.drv.FailoverWait())
 }
 
 // Handoff gives leadership to another live instance before this one

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +58,10 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 		return
 	}
 	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
+	if wr.Requested {
+		// The answer to RequestProgress is the stream's, not a watch's.
+		r.Header, r.WatchId = ws.s.header(wr.Revision), -1
+	}
 	if wr.Canceled {
 		// As etcd: a watch canceled because its start revision was
 		// compacted says so by CompactRevision alone, with no reason.
@@ -66,7 +71,7 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	ws.mu.Lock()
 	full := len(ws.queue) >= maxQueued
 	ws.mu.Unlock()
-	if full && !r.Canceled {
+	if full && !r.Canceled && !wr.Requested {
 		n.CancelWatch(wr.ID)
 		ws.forget(wr.ID)
 		r = &pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: "axon: watcher too slow: more than 4096 responses unsent"}
@@ -188,7 +193,7 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 		case *pb.WatchRequest_CancelRequest:
 			w.cancelWatch(ws, u.CancelRequest.WatchId)
 		case *pb.WatchRequest_ProgressRequest:
-			go w.progress(ws, done)
+			w.progress(ws)
 		}
 	}
 }
@@ -286,28 +291,18 @@ func (w watchServer) cancelWatch(ws *watchStream, id int64) {
 	})
 }
 
-// progress answers RequestProgress once every watcher of the stream is
-// synced, so the notification never runs ahead of delivered events.
-func (w watchServer) progress(ws *watchStream, done chan struct{}) {
-	for {
-		sent := false
-		w.s.step(func(n *core.Node) {
-			ids := make([]core.WatchID, 0, len(ws.remote))
-			for id := range ws.remote {
-				ids = append(ids, id)
-			}
-			if rev, ok := n.Progress(ids...); ok {
-				ws.enqueue(&pb.WatchResponse{Header: w.s.header(rev), WatchId: -1})
-				sent = true
-			}
-		})
-		if sent {
-			return
+// progress answers RequestProgress: at once if the stream has no
+// watches, else through the node once every watch of the stream is
+// synced (deliver sends it), so it never runs ahead of their events.
+func (w watchServer) progress(ws *watchStream) {
+	w.s.step(func(n *core.Node) {
+		ids := make([]core.WatchID, 0, len(ws.remote))
+		for id := range ws.remote {
+			ids = append(ids, id)
 		}
-		select {
-		case <-done:
-			return
-		case <-time.After(10 * time.Millisecond):
+		slices.Sort(ids)
+		if !n.RequestProgress(ids...) {
+			ws.enqueue(&pb.WatchResponse{Header: w.s.header(n.Committed()), WatchId: -1})
 		}
-	}
+	})
 }

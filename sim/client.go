@@ -513,7 +513,7 @@ func (c *client) progressLoop(cw *clientWatch) {
 		n, id, epoch := cw.node, cw.id, cw.nodeEpoch
 		c.w.sendToNode(c, n, "progress", func() {
 			if n.epoch == epoch {
-				n.requestProgress(id, 0)
+				n.requestProgress(id)
 			}
 		})
 		c.progressLoop(cw)

@@ -115,13 +115,26 @@ func (w *World) streamDelay(sub *watchSub) time.Duration {
 func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	nd := n.member.Node()
 	if nd == nil {
-		l := n.leader()
-		if l == nil || l == n || hops >= 2 || n.isolated {
-			n.drv.Step(func(m *core.Member) { m.Refresh() }, nil)
-			n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) })
+		// A follower proxies the watch to the leader it learns from the
+		// driver, as the server's proxyWatch does.
+		refuse := func() { n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) }) }
+		if hops >= 2 || n.isolated {
+			refuse()
 			return
 		}
-		n.w.send(n, l, "forward-watch", func() { l.createWatch(c, cw, hops+1) })
+		epoch := n.epoch
+		n.drv.LeaderAddr(func() bool { return !cw.ended && n.epoch == epoch }, func(addr string, ok bool) {
+			l := n.w.nodeAt(addr)
+			switch {
+			case n.epoch != epoch:
+			case ok && l != nil:
+				n.w.send(n, l, "forward-watch", func() { l.createWatch(c, cw, hops+1) })
+			case n.member.Node() != nil:
+				n.createWatch(c, cw, hops+1) // it leads now
+			default:
+				refuse()
+			}
+		})
 		return
 	}
 	n.nextWatch++
@@ -156,21 +169,12 @@ func (n *node) deliverWatch(wr core.WatchResponse) {
 	n.w.after(n.w.streamDelay(sub), "watch-event", func() { sub.c.watchResponse(sub.cw, wr) })
 }
 
-// requestProgress answers a client's progress request once its watch is
-// synced, in stream order.
-func (n *node) requestProgress(id core.WatchID, tries int) {
-	sub := n.subs[id]
-	nd := n.member.Node()
-	if sub == nil || nd == nil {
+// requestProgress asks the node to answer a client's progress request
+// once its watch is synced; the answer comes in stream order with the
+// watch's events (deliverWatch).
+func (n *node) requestProgress(id core.WatchID) {
+	if n.subs[id] == nil {
 		return
 	}
-	if rev, ok := nd.Progress(id); ok {
-		n.w.after(n.w.streamDelay(sub), "watch-progress", func() {
-			sub.c.watchResponse(sub.cw, core.WatchResponse{ID: id, Progress: true, Revision: rev})
-		})
-		return
-	}
-	if tries < 20 {
-		n.on(tickEvery, "progress-retry", func() { n.requestProgress(id, tries+1) })
-	}
+	n.drv.Step(nil, func(nd *core.Node) { nd.RequestProgress(id) })
 }

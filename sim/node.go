@@ -89,9 +89,9 @@ func (n *node) start() {
 				}
 			}
 		},
-		HandedOff: func(*core.ElectionRecord) {
+		HandedOff: func(rec *core.ElectionRecord) {
 			// Tell the successor at once rather than let it notice.
-			if to := n.leader(); to != nil {
+			if to := n.w.nodeAt(rec.Addr); to != nil {
 				n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
 			}
 		},
@@ -278,18 +278,23 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// leader returns the node this one believes leads, if any.
-func (n *node) leader() *node {
-	rec, ok := n.member.Leader()
-	if !ok {
-		return nil
-	}
-	for _, o := range n.w.nodes {
-		if o.id() == rec.Holder {
-			return o
+// transfer hands the lead to node to through the driver, as the server's
+// MoveLeader does.
+func (n *node) transfer(to *node) {
+	now, refused, epoch := true, false, n.epoch
+	n.drv.Transfer(to.id(), to.name, func(err error) {
+		if now {
+			refused = err != nil // not leading any more
+			return
 		}
+		if n.epoch == epoch {
+			n.w.note("%s transfer to %s: %v", n.id(), to.id(), errText(err))
+		}
+	})
+	now = false
+	if !refused {
+		n.w.fault("transfer", "%s -> %s", n.id(), to.id())
 	}
-	return nil
 }
 
 // answer is what a node replies to a call.

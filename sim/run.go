@@ -174,8 +174,8 @@ func (w *World) scheduleFaults() {
 		for _, n := range w.nodes {
 			if n.up && n.member.Role() == core.Leader {
 				to := w.nodes[(n.idx+1+w.rng.IntN(len(w.nodes)-1))%len(w.nodes)]
-				if to.up && n.member.Transfer(to.id(), to.name) == nil {
-					w.fault("transfer", "%s -> %s", n.id(), to.id())
+				if to.up {
+					n.transfer(to)
 				}
 				return
 			}
