@@ -25,7 +25,7 @@ func BenchmarkDealCommit(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			n.Propose(core.RequestID(i+1), req)
 			w := n.Ready().Work[0]
-			n.Report(w, eff, core.Committed)
+			n.Done(w, core.Result{Effects: eff, Outcome: core.Committed})
 			if len(n.Ready().Responses) != 1 {
 				b.Fatal("no response")
 			}
@@ -42,7 +42,7 @@ func BenchmarkDealCommit(b *testing.B) {
 			}
 			work := n.Ready().Work
 			for j := len(work) - 1; j >= 0; j-- {
-				n.Report(work[j], eff, core.Committed)
+				n.Done(work[j], core.Result{Effects: eff, Outcome: core.Committed})
 			}
 			if len(n.Ready().Responses) != batch {
 				b.Fatal("responses missing")
@@ -94,7 +94,7 @@ func benchEngine(b *testing.B, n int) (*memkv.Engine, int64) {
 		node.Propose(core.RequestID(i+1), putOp(fmt.Sprintf("key%04d", i), "value"))
 		for _, w := range node.Ready().Work {
 			eff, out, _ := exec.Run(ctx, eng, w, node)
-			node.Report(w, eff, out)
+			node.Done(w, core.Result{Effects: eff, Outcome: out})
 		}
 	}
 	if node.Committed() != int64(n) {

@@ -165,7 +165,7 @@ func TestNodeSweepsAfterCompaction(t *testing.T) {
 	s.expect("resp req22 at r7") // one batch at a time: r7 waits its turn
 
 	w := s.take(core.WorkSweep, 0)
-	s.node.Report(w, nil, core.NotApplied)
+	s.node.Done(w, core.Result{Outcome: core.NotApplied})
 	s.collect()
 	s.expect("sweep r6 attempt=1")
 	batches := 0

@@ -65,32 +65,58 @@
 //
 // # Writing a driver
 //
-// A driver owns one Node and serialises calls into it (a mutex, or one
-// goroutine). Its loop:
+// A driver runs one Member per instance; several instances share one
+// engine and elect a leader through a record in it. Package driver is
+// the driver both the server and the simulator use; a third needs only
+// what follows. The driver serialises every call into the Member (a
+// mutex, or one goroutine) and gives it the time:
 //
-//  1. Recover the State from an engine snapshot (Recover) and NewNode.
-//  2. Feed inputs: Propose for Put, DeleteRange and Txn; Compact;
-//     AddWatch, CancelWatch. Validation errors come back at once.
-//  3. Call Ready and act on every output:
-//     - Work: for WorkRequest, WorkBatch, WorkFence, WorkCompact,
-//     WorkSweep, WorkElect and WorkAlarm, begin an engine transaction,
-//     evaluate the work against it (Evaluate; undealt work twice, with Deal between
-//     when Effects.NeedsRevision; for WorkBatch each request in order,
-//     applying its writes before evaluating the next, with the effects in
-//     Effects.Batch — storage/exec.Apply does all of this), apply
-//     Effects.Writes, commit unless Effects.Late, and Report the work with
-//     its Effects and the Outcome: Committed, NotApplied (definite
-//     failure) or Uncertain. Work items are independent and may run
-//     concurrently, in any order; back off by Work.Attempt, and start
-//     delayed work only if Member.Owns it after a Tick. For WorkCatchUp, read ReadEvents(From, To) in a
-//     snapshot and hand the result to CatchUpDone.
-//     - Responses: deliver each to the client waiting on its RequestID.
-//     - WatchResponses: deliver in order per watch.
-//  4. Repeat from 2 with whatever arrives next.
+//  1. NewMember(cfg). Call Tick(now) before every other call, with the
+//     instance's clock (clocks may disagree by at most cfg.MaxDrift); a
+//     leader whose lease has run out steps down in Tick, before it can
+//     hand out more work.
+//  2. Feed inputs to the leader's Node (Member.Node is nil on a
+//     follower): Propose for Put, DeleteRange and Txn; Grant, Revoke and
+//     KeepAlive for leases; Compact and AwaitSweep; AddWatch, CancelWatch
+//     and RequestProgress. Each request but KeepAlive (answered at once)
+//     carries a RequestID the driver chose; its answer, or its validation
+//     error, comes back as a Response with that ID.
+//  3. Call Ready and act on every output, in order:
+//     - Work: run each item in its own engine transaction — begin,
+//     Evaluate (undealt request work twice, with Deal between when
+//     Effects.NeedsRevision; a WorkBatch's requests in order, each
+//     seeing the writes of those before it; storage/exec.Apply does all
+//     this), apply Effects.Writes, commit unless Effects.Late or nothing
+//     is written — and call Done(w, Result{Effects, Outcome}), the
+//     Outcome being Committed, NotApplied (definitely not applied) or
+//     Uncertain. WorkCatchUp reads ReadEvents(From, To) instead and
+//     reports Result{Events, Last} (or Err); WorkRecover reads Recover
+//     and reports Result{State} (or Err). A commit must land within
+//     cfg.EngineDeadline/2 of its begin or not at all: that bound is
+//     what lets a successor start safely. Items are independent and may
+//     run concurrently and in any order; back off by Work.Attempt, and
+//     start delayed work only if Owns(w) after a Tick.
+//     - Responses: answer the client waiting on each RequestID. When
+//     RoleChanged shows the member lost its Node, the requests still
+//     waiting will never be answered: answer them "leader changed" (their
+//     outcome is unknown).
+//     - WatchResponses: deliver in order per watch, before the lock is
+//     released (a Requested progress response answers RequestProgress for
+//     the stream).
+//     - HandedOff: tell the successor named in the record to look now.
+//  4. Repeat with whatever arrives next: a request, a finished work item,
+//     a timer (Tick at least every cfg.RenewEvery/2).
 //
-// Linearizable reads need no work item: take an engine snapshot after
-// reading Committed and run Range against it (it is pure, run it outside
-// the lock). Progress tells when a progress notification may be sent.
+// One error means "not applied here, ask the leader": ErrNotLeader (this
+// member does not lead, or is handing over); ErrNoLeader says none is
+// known. A follower sends writes to the leader named by Leader() and
+// never re-sends one whose answer was lost: it may have applied.
+//
+// Reads need no work item. Where Serving is true, read at Node.Committed
+// in an engine snapshot with Range (pure: run it outside the lock); a
+// follower asks the leader for its Committed (a read index) and reads at
+// that. Transfer hands the lead to another member: it drains, writes the
+// successor's record, and steps down.
 //
 // An uncertain outcome is resolved by fence work (evaluateFence): if the
 // revision record is present the write applied, else the fence writes a

@@ -112,11 +112,11 @@ func (s *scene) run(w *core.Work) {
 	s.t.Helper()
 	if w.Kind == core.WorkCatchUp {
 		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, 0)
-		s.node.CatchUpDone(w, evs, last, err)
+		s.node.Done(w, core.Result{Events: evs, Last: last, Err: err})
 		return
 	}
 	eff, out, _ := exec.Run(s.ctx, s.eng, w, s.node)
-	s.node.Report(w, eff, out)
+	s.node.Done(w, core.Result{Effects: eff, Outcome: out})
 }
 
 func (s *scene) runRev(rev int64) { s.t.Helper(); s.run(s.take(core.WorkRequest, rev)) }
@@ -525,11 +525,11 @@ func TestUncertainCommitIsResolvedByAFence(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s.node.Report(w, eff, core.Uncertain)
+			s.node.Done(w, core.Result{Effects: eff, Outcome: core.Uncertain})
 			s.expect("fence r1 req1 attempt=0")
 			// A fence that fails is simply tried again.
 			f := s.take(core.WorkFence, 1)
-			s.node.Report(f, nil, core.NotApplied)
+			s.node.Done(f, core.Result{Outcome: core.NotApplied})
 			s.expect("fence r1 req1 attempt=1")
 			s.run(s.take(core.WorkFence, 1))
 			s.expect(tc.after...)
@@ -582,13 +582,13 @@ func TestRetriesAreBounded(t *testing.T) {
 	s := newScene(t, core.Config{MaxAttempts: 2})
 	s.propose(1, putOp("a", "1"))
 	s.collect()
-	s.node.Report(s.take(core.WorkRequest, 1), nil, core.NotApplied)
+	s.node.Done(s.take(core.WorkRequest, 1), core.Result{Outcome: core.NotApplied})
 	s.collect()
 	s.out = nil
-	s.node.Report(s.take(core.WorkRequest, 2), nil, core.NotApplied)
+	s.node.Done(s.take(core.WorkRequest, 2), core.Result{Outcome: core.NotApplied})
 	s.expect("fence r2 req1 attempt=0", `resp req1 err="core: request retried too often; engine keeps failing"`)
 	// A report of work the node no longer tracks is ignored.
-	s.node.Report(&core.Work{Kind: core.WorkRequest, Rev: 2}, nil, core.Committed)
+	s.node.Done(&core.Work{Kind: core.WorkRequest, Rev: 2}, core.Result{Outcome: core.Committed})
 	s.expect()
 }
 
@@ -856,12 +856,12 @@ func TestWatch(t *testing.T) {
 		}
 		w := s.take(core.WorkCatchUp, 0)
 		// A failed read is retried.
-		s.node.CatchUpDone(w, nil, 0, errors.New("read failed"))
+		s.node.Done(w, core.Result{Err: errors.New("read failed")})
 		s.expect("catchup watch7 r1..r2")
 		s.run(s.take(core.WorkCatchUp, 0))
 		s.expect(`watch7 r3 [PUT "a"] [PUT "b"] [PUT "c"]`)
 		// A duplicate completion of the same read is ignored.
-		s.node.CatchUpDone(w, nil, 2, nil)
+		s.node.Done(w, core.Result{Last: 2})
 		s.expect()
 		if rev, ok := s.node.Progress(7); !ok || rev != 3 {
 			t.Fatalf("Progress = %d, %v; want 3, true", rev, ok)
@@ -884,7 +884,7 @@ func TestWatch(t *testing.T) {
 		if err != nil || last != 2 || len(evs) != 2 {
 			t.Fatalf("CatchUp limit 2: %d events, last %d, %v", len(evs), last, err)
 		}
-		s.node.CatchUpDone(w, evs, last, nil)
+		s.node.Done(w, core.Result{Events: evs, Last: last})
 		s.expect("catchup watch3 r3..r4", `watch3 r2 [PUT "a"] [PUT "b"]`)
 		s.run(s.take(core.WorkCatchUp, 0))
 		s.expect(`watch3 r4 [PUT "c"] [PUT "d"]`)
@@ -1059,7 +1059,7 @@ func TestLeases(t *testing.T) {
 		s.node.Grant(1, 5, 1)
 		s.collect()
 		s.out = nil
-		s.node.Report(s.takeReq(1), nil, core.NotApplied)
+		s.node.Done(s.takeReq(1), core.Result{Outcome: core.NotApplied})
 		s.expect(`resp req1 err="core: request retried too often; engine keeps failing"`)
 		s.node.Grant(2, 5, 1)
 		s.expect("work req2 grant lease5 ttl=2")
@@ -1159,11 +1159,11 @@ func (mb *member) step(now time.Duration) {
 			mb.out = append(mb.out, core.DescribeWork(w))
 			if w.Kind == core.WorkRecover {
 				st, err := exec.Recover(mb.ctx, mb.eng)
-				mb.m.Recovered(st, err)
+				mb.m.Done(w, core.Result{State: st, Err: err})
 				continue
 			}
 			eff, out, _ := exec.Run(mb.ctx, mb.eng, w, mb.m)
-			mb.m.Report(w, eff, out)
+			mb.m.Done(w, core.Result{Effects: eff, Outcome: out})
 		}
 	}
 }
@@ -1411,7 +1411,7 @@ func TestUncertainHandoverStopsReads(t *testing.T) {
 	if out != core.Committed {
 		t.Fatalf("handover write: %v", out)
 	}
-	a.m.Report(w, eff, core.Uncertain) // it landed, but the member does not know
+	a.m.Done(w, core.Result{Effects: eff, Outcome: core.Uncertain}) // it landed, but the member does not know
 	if a.m.Serving() {
 		t.Fatal("serving again after an uncertain handover")
 	}

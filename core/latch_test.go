@@ -139,7 +139,7 @@ func TestBatchThatFailsIsDealtAgainRequestByRequest(t *testing.T) {
 					txn.Rollback()
 				}
 			}
-			s.node.Report(b, eff, tc.out)
+			s.node.Done(b, core.Result{Effects: eff, Outcome: tc.out})
 			var trace []string
 			for step := 0; ; step++ {
 				s.collect()
@@ -192,7 +192,7 @@ func TestUncertainOutcomeHoldsTheLatchUntilFenced(t *testing.T) {
 	s.propose(1, putOp("a", "1"))
 	s.propose(2, putOp("a", "2"))
 	s.expect(`work r1 req1 put "a"="1"`)
-	s.node.Report(s.take(core.WorkRequest, 1), nil, core.NotApplied)
+	s.node.Done(s.take(core.WorkRequest, 1), core.Result{Outcome: core.NotApplied})
 	// Definitely not applied: dealt again at once, still ahead of req2.
 	s.expect("fence r1 req1 attempt=0", `work r2 req1 put "a"="1" attempt=1`)
 	w := s.take(core.WorkRequest, 2)
@@ -200,7 +200,7 @@ func TestUncertainOutcomeHoldsTheLatchUntilFenced(t *testing.T) {
 	if err := txn.Commit(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.node.Report(w, eff, core.Uncertain)
+	s.node.Done(w, core.Result{Effects: eff, Outcome: core.Uncertain})
 	// Applied, but the engine did not say: req2 waits for the fence.
 	s.expect("fence r2 req1 attempt=0")
 	s.run(s.take(core.WorkFence, 2))

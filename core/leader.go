@@ -2,7 +2,6 @@ package core
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -19,8 +18,6 @@ type ElectionRecord struct {
 	// may start at once instead of waiting the old lease out.
 	Transfer bool
 }
-
-var errRecoveryFailed = errors.New("core: recovery read failed")
 
 // MetaLeader names the election record.
 const MetaLeader = "leader"
@@ -392,26 +389,23 @@ func (m *Member) Deal(w *Work) error {
 	return m.node.Deal(w)
 }
 
-// CatchUpDone hands the node the events a catch-up work item read.
-func (m *Member) CatchUpDone(w *Work, events []Event, last int64, err error) {
-	if m.owns(w) {
-		m.node.CatchUpDone(w, events, last, err)
+// Done tells the member how a work item it or its node handed out
+// ended: the one completion call a driver makes (see Result).
+func (m *Member) Done(w *Work, r Result) {
+	switch w.Kind {
+	case WorkRecover:
+		m.recovered(r.State, r.Err)
+	case WorkElect:
+		m.elected(w, r.Effects, r.Outcome)
+	default:
+		if m.owns(w) {
+			m.node.Done(w, r)
+		}
 	}
 }
 
-// Report tells the member how its or its node's work ended.
-func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
-	if w.Kind == WorkRecover {
-		// Only a failed recovery read is reported; retry it.
-		m.Recovered(State{}, errRecoveryFailed)
-		return
-	}
-	if w.Kind != WorkElect {
-		if m.owns(w) {
-			m.node.Report(w, eff, out)
-		}
-		return
-	}
+// elected takes the outcome of an election record write or read.
+func (m *Member) elected(w *Work, eff *Effects, out Outcome) {
 	m.electing = false
 	op := w.Elect
 	if out != Committed || eff == nil {
@@ -442,9 +436,8 @@ func (m *Member) Report(w *Work, eff *Effects, out Outcome) {
 	}
 }
 
-// Recovered hands the member the State its recovery work read. err
-// retries the read.
-func (m *Member) Recovered(st State, err error) {
+// recovered takes the State the recovery read found; err retries it.
+func (m *Member) recovered(st State, err error) {
 	if m.role != Recovering {
 		return
 	}

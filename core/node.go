@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
-
-var errCatchUpFailed = errors.New("core: catch-up read failed")
 
 // RequestID names a client request across its attempts; the driver picks
 // it and gets it back with the response.
@@ -83,7 +80,7 @@ const maxBatch = 64
 
 // Work is one engine transaction for the driver to run: begin a
 // transaction, Evaluate (or ReadEvents for catch-up, Recover for a
-// recovery read) against it, apply the writes, commit, then Report.
+// recovery read) against it, apply the writes, commit, then Done.
 type Work struct {
 	Kind    WorkKind
 	Rev     int64 // dealt revision (WorkRequest, WorkFence); 0 until Deal
@@ -564,9 +561,36 @@ func surelyWrites(op *pb.RequestOp) bool {
 	return p != nil && !p.IgnoreValue && !p.IgnoreLease
 }
 
-// Report tells the node how a work item it handed out ended. eff is
-// Evaluate's result for w (nil if evaluation itself failed).
-func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
+// Result is how a work item ended, the driver's one report of it
+// (Member.Done, Node.Done):
+//   - transactional work: Effects, Evaluate's result (nil if evaluation
+//     itself failed), and the Outcome of the commit;
+//   - WorkCatchUp: the Events of revisions From..Last that ReadEvents
+//     read, or Err;
+//   - WorkRecover: the State Recover read, or Err.
+//
+// Err of transactional work is for the driver's log only: the Outcome
+// says what became of it.
+type Result struct {
+	Effects *Effects
+	Outcome Outcome
+	Events  []Event
+	Last    int64
+	State   State
+	Err     error
+}
+
+// Done tells the node how a work item it handed out ended.
+func (n *Node) Done(w *Work, r Result) {
+	if w.Kind == WorkCatchUp {
+		n.catchUpDone(w, r.Events, r.Last, r.Err)
+		return
+	}
+	n.report(w, r.Effects, r.Outcome)
+}
+
+// report ends transactional work.
+func (n *Node) report(w *Work, eff *Effects, out Outcome) {
 	switch w.Kind {
 	case WorkRequest:
 		n.reportRequest(w, eff, out, n.next-1)
@@ -597,10 +621,6 @@ func (n *Node) Report(w *Work, eff *Effects, out Outcome) {
 		n.reportSweep(w, eff, out)
 	case WorkAlarm:
 		n.reportAlarm(w, out)
-	case WorkCatchUp:
-		// Only a failed read is reported this way; CatchUpDone takes
-		// the events of a successful one.
-		n.CatchUpDone(w, nil, 0, errCatchUpFailed)
 	}
 	n.advance()
 }

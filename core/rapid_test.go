@@ -148,7 +148,7 @@ func (h *harness) begin(i int) {
 	h.faultFree()
 	if w.Kind == core.WorkCatchUp {
 		evs, last, err := exec.CatchUp(h.ctx, h.eng, w, 3)
-		h.node.CatchUpDone(w, evs, last, err)
+		h.node.Done(w, core.Result{Events: evs, Last: last, Err: err})
 		return
 	}
 	txn, err := h.eng.Begin(h.ctx)
@@ -161,7 +161,7 @@ func (h *harness) begin(i int) {
 	}
 	if out, done := exec.Settled(eff, nil); done {
 		txn.Rollback()
-		h.node.Report(w, eff, out)
+		h.node.Done(w, core.Result{Effects: eff, Outcome: out})
 		return
 	}
 	h.flying = append(h.flying, &flight{w: w, txn: txn, eff: eff})
@@ -180,7 +180,7 @@ func (h *harness) commit(i int, f memkv.Fault) {
 	h.eng.SetInjector(memkv.Static(f))
 	err := fl.txn.Commit(h.ctx)
 	h.faultFree()
-	h.node.Report(fl.w, fl.eff, exec.Outcome(err))
+	h.node.Done(fl.w, core.Result{Effects: fl.eff, Outcome: exec.Outcome(err)})
 }
 
 func (h *harness) propose(req *pb.RequestOp) {

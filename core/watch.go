@@ -199,10 +199,10 @@ func (n *Node) syncWatcher(w *watcher) {
 	}
 }
 
-// CatchUpDone delivers what a catch-up read found: the events of
-// revisions From..last, read by ReadEvents. err reports a failed read,
-// which is retried.
-func (n *Node) CatchUpDone(cw *Work, events []Event, last int64, err error) {
+// catchUpDone takes what a catch-up read found: the events of revisions
+// From..last, read by ReadEvents. err reports a failed read, which is
+// retried.
+func (n *Node) catchUpDone(cw *Work, events []Event, last int64, err error) {
 	w := n.watch.byID[cw.Watch]
 	if w == nil || !w.catching || w.next != cw.From {
 		return // canceled meanwhile

@@ -37,17 +37,8 @@ type Executor interface {
 	Exec(d *Driver, w *core.Work)
 }
 
-// Result is how a work item ended: Effects and Outcome for requests,
-// fences, compactions and elections; Events and Last for a catch-up;
-// State for a recovery; Err when the engine failed a read.
-type Result struct {
-	Effects *core.Effects
-	Outcome core.Outcome
-	Events  []core.Event
-	Last    int64
-	State   core.State
-	Err     error
-}
+// Result is how a work item ended (core.Result).
+type Result = core.Result
 
 // Hooks are what the outside world does with the member's outputs
 // beyond answering requests. Each runs with the driver's lock held, in
@@ -80,7 +71,7 @@ type Config struct {
 	// Transport reaches the leader from a follower.
 	Transport Transport
 	// Refused says an error from a call's Local or Remote part means it
-	// was not applied and may go to the next leader; nil: ErrNotLeading,
+	// was not applied and may go to the next leader; nil: core.ErrNotLeader,
 	// core.ErrNotLeader and core.ErrNoLeader.
 	Refused func(error) bool
 	// Log receives the errors of failed work (nil: none logged).
@@ -167,16 +158,7 @@ func (d *Driver) Done(w *core.Work, r Result) {
 		}
 		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", w.Kind.String(), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
 	}
-	d.Step(func(m *core.Member) {
-		switch w.Kind {
-		case core.WorkCatchUp:
-			m.CatchUpDone(w, r.Events, r.Last, r.Err)
-		case core.WorkRecover:
-			m.Recovered(r.State, r.Err)
-		default:
-			m.Report(w, r.Effects, r.Outcome)
-		}
-	}, nil)
+	d.Step(func(m *core.Member) { m.Done(w, r) }, nil)
 }
 
 // Deal deals undealt request work its revision (exec.Dealer).

@@ -8,11 +8,6 @@ import (
 	"github.com/axon-kv/axon/core"
 )
 
-// ErrNotLeading is what a Call's Local part answers when this member does
-// not lead (or does not serve, handing over): the call goes to the
-// leader instead.
-var ErrNotLeading = errors.New("axon: this instance is not the leader")
-
 // Transport carries what instances ask each other beyond forwarded
 // calls.
 type Transport interface {
@@ -25,7 +20,7 @@ type Transport interface {
 // Call is a request that must run on the leader.
 type Call struct {
 	// Local runs the call on this member and calls done with its
-	// result, or with ErrNotLeading. It may block (the server's
+	// result, or with core.ErrNotLeader. It may block (the server's
 	// handlers do) or answer later (the simulator's).
 	Local func(done func(error))
 	// Remote sends the call to the leader at addr and calls done with
@@ -41,7 +36,7 @@ type Call struct {
 
 // defaultRefused: errors that say a call was not applied where it went.
 func defaultRefused(err error) bool {
-	return errors.Is(err, ErrNotLeading) || errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader)
+	return errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader)
 }
 
 // Lead runs c on the leader: local when this member leads, otherwise sent
@@ -70,7 +65,7 @@ func (d *Driver) Lead(c Call, done func(error)) {
 			switch {
 			case !d.refused(err):
 				done(err)
-			case !errors.Is(err, ErrNotLeading):
+			case !errors.Is(err, core.ErrNotLeader):
 				again(err)
 			case c.Forwarded:
 				done(core.ErrNotLeader)
@@ -106,7 +101,7 @@ func (d *Driver) LeaderAddr(alive func() bool, done func(addr string, ok bool)) 
 			}
 			var ok bool
 			if addr, ok = d.leaderAddr(); !ok {
-				done(ErrNotLeading)
+				done(core.ErrNotLeader)
 				return
 			}
 			done(nil)
@@ -234,7 +229,7 @@ func (d *Driver) readRound() {
 		Local: func(done func(error)) {
 			c, _, ok := d.ReadPoint()
 			if !ok {
-				done(ErrNotLeading)
+				done(core.ErrNotLeader)
 				return
 			}
 			rev = c

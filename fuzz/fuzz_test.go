@@ -195,7 +195,7 @@ func FuzzEvaluate(f *testing.F) {
 			}
 			for _, w := range rd.Work {
 				eff, out, _ := exec.Run(ctx, eng, w, node)
-				node.Report(w, eff, out)
+				node.Done(w, core.Result{Effects: eff, Outcome: out})
 			}
 		}
 		if answered != 1 || node.InFlight() != 0 {

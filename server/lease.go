@@ -99,7 +99,7 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 			info, err = n.TimeToLive(r.ID, l.s.clock())
 			rev = n.Committed()
 		}) {
-			return nil, errNotLeading
+			return nil, core.ErrNotLeader
 		}
 		if errors.Is(err, core.ErrLeaseNotFound) {
 			// etcd reports a missing lease as TTL -1.
@@ -125,7 +125,7 @@ func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) 
 			rev int64
 		)
 		if !l.s.step(func(n *core.Node) { ids, rev = n.Leases(), n.Committed() }) {
-			return nil, errNotLeading
+			return nil, core.ErrNotLeader
 		}
 		resp := &pb.LeaseLeasesResponse{Header: l.s.header(rev)}
 		for _, id := range ids {

@@ -177,10 +177,10 @@ var errNoSuccessor = errors.New("axon: no other instance to hand leadership to")
 
 // transferTo hands leadership to the instance with member ID target (0:
 // any live one) and waits until it leads or the wait runs out. Only the
-// leader transfers; others get errNotLeading.
+// leader transfers; others get core.ErrNotLeader.
 func (s *Server) transferTo(ctx context.Context, target uint64) error {
 	if !s.Leading() {
-		return errNotLeading
+		return core.ErrNotLeader
 	}
 	if target == s.cfg.MemberID {
 		return nil
@@ -218,7 +218,7 @@ func (s *Server) transferTo(ctx context.Context, target uint64) error {
 // does nothing when this instance does not lead or is alone.
 func (s *Server) Handoff(ctx context.Context) error {
 	err := s.transferTo(ctx, 0)
-	if errors.Is(err, errNotLeading) || errors.Is(err, errNoSuccessor) {
+	if errors.Is(err, core.ErrNotLeader) || errors.Is(err, errNoSuccessor) {
 		return nil
 	}
 	return err

@@ -144,7 +144,7 @@ func refused(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, errNotLeading) || errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader) {
+	if errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader) {
 		return true
 	}
 	st, ok := status.FromError(err)
@@ -188,7 +188,7 @@ func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx c
 			cc, err := s.peers.conn(addr)
 			if err != nil {
 				s.log.Warn("leader connection", "addr", addr, "err", err)
-				done(fmt.Errorf("%w: %v", errNotLeading, err))
+				done(fmt.Errorf("%w: %v", core.ErrNotLeader, err))
 				return
 			}
 			done(brokeOff(ctx, remote(forwardContext(ctx), cc)))
@@ -216,7 +216,7 @@ func (t peerTransport) ReadIndex(addr string, done func(int64, error)) {
 	s := t.s
 	cc, err := s.peers.conn(addr)
 	if err != nil {
-		done(0, fmt.Errorf("%w: %v", errNotLeading, err))
+		done(0, fmt.Errorf("%w: %v", core.ErrNotLeader, err))
 		return
 	}
 	s.work.Add(1)

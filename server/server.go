@@ -94,10 +94,6 @@ func (k KeepAlive) withDefaults() KeepAlive {
 	return k
 }
 
-// errNotLeading says this instance does not lead: the call goes to the
-// leader instead.
-var errNotLeading = driver.ErrNotLeading
-
 // errLeaderChanged answers calls that were in flight when this instance
 // stopped leading: they may or may not have been applied.
 var errLeaderChanged = driver.ErrLeaderChanged
@@ -317,11 +313,11 @@ func (s *Server) run(w *core.Work) driver.Result {
 }
 
 // propose sends a request through the node and waits for its answer;
-// errNotLeading if this instance does not lead.
+// core.ErrNotLeader if this instance does not lead.
 func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.RequestID)) (core.Response, error) {
 	ch := make(chan core.Response, 1)
 	if !s.drv.Propose(submit, func(r core.Response) { ch <- r }) {
-		return core.Response{}, errNotLeading
+		return core.Response{}, core.ErrNotLeader
 	}
 	select {
 	case r := <-ch:

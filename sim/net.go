@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
-	"github.com/axon-kv/axon/driver"
 )
 
 // idempotent lists the node-to-node messages a network may duplicate:
@@ -72,7 +71,7 @@ func (t simTransport) ReadIndex(addr string, done func(int64, error)) {
 	n := t.n
 	to := n.w.nodeAt(addr)
 	if to == nil {
-		done(0, driver.ErrNotLeading)
+		done(0, core.ErrNotLeader)
 		return
 	}
 	n.w.call(n, to, "readindex", func(reply func(answer, error)) {

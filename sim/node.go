@@ -329,11 +329,11 @@ func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
 	}, func(err error) { done(got, err) })
 }
 
-// local runs a call on this node if it leads: ErrNotLeading if not.
+// local runs a call on this node if it leads: core.ErrNotLeader if not.
 func (n *node) local(c *call, got *answer, done func(error)) {
 	nd := n.member.Node()
 	if nd == nil {
-		done(driver.ErrNotLeading)
+		done(core.ErrNotLeader)
 		return
 	}
 	submit := func(sub func(nd *core.Node, id core.RequestID)) {
@@ -362,7 +362,7 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 	to := n.w.nodeAt(addr)
 	if to == nil {
-		done(driver.ErrNotLeading)
+		done(core.ErrNotLeader)
 		return
 	}
 	n.w.call(n, to, "forward", func(reply func(answer, error)) { to.serve(c, true, reply) }, func(a answer, err error) {

@@ -74,7 +74,7 @@ func Outcome(commitErr error) core.Outcome {
 	return core.NotApplied
 }
 
-// Run executes w in one engine transaction and returns what to Report,
+// Run executes w in one engine transaction and returns what to report (core.Result),
 // with the error that made it fail, if any (the outcome already says
 // what became of it; the error says why, for the log).
 // Catch-up work is read-only and goes through CatchUp instead.
