@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/linearizability"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
@@ -48,7 +50,7 @@ type harness struct {
 	ctx      context.Context
 	eng      *memkv.Engine
 	node     *core.Node
-	model    *model
+	model    *linearizability.Sequential
 	now      time.Duration
 	queue    []*core.Work // handed out, not begun
 	flying   []*flight    // begun and evaluated, not committed
@@ -90,8 +92,8 @@ func (h *harness) drain() {
 			continue
 		}
 		if rev, ok := h.compacts[r.ID]; ok {
-			if r.Err == nil && rev > h.model.compacted {
-				h.model.compacted = rev
+			if r.Err == nil {
+				h.model.Apply(linearizability.Input{Compact: &pb.CompactionRequest{Revision: rev}}, r.Rev)
 			}
 			continue
 		}
@@ -102,16 +104,15 @@ func (h *harness) drain() {
 			continue
 		}
 		h.released(r)
-		events := len(h.model.events)
-		want, err := h.model.apply(req, r.Rev)
-		if wrote := len(h.model.events) > events; wrote != r.Wrote {
-			h.t.Fatalf("req%d %s at r%d: wrote=%v, model says %v", r.ID, core.DescribeRequest(req), r.Rev, r.Wrote, wrote)
+		want := h.model.Apply(linearizability.Input{KV: req}, r.Rev)
+		if want.Wrote != r.Wrote {
+			h.t.Fatalf("req%d %s at r%d: wrote=%v, model says %v", r.ID, core.DescribeRequest(req), r.Rev, r.Wrote, want.Wrote)
 		}
-		if err != r.Err {
-			h.t.Fatalf("req%d %s at r%d: err %v, model says %v", r.ID, core.DescribeRequest(req), r.Rev, r.Err, err)
+		if !want.SameError(r.Err) {
+			h.t.Fatalf("req%d %s at r%d: err %v, model says %+v", r.ID, core.DescribeRequest(req), r.Rev, r.Err, want)
 		}
-		if err == nil && !proto.Equal(want, r.Response) {
-			h.t.Fatalf("req%d %s at r%d:\n got %v\nwant %v", r.ID, core.DescribeRequest(req), r.Rev, r.Response, want)
+		if r.Err == nil && !want.Same(linearizability.Output{KV: r.Response}) {
+			h.t.Fatalf("req%d %s at r%d:\n got %v\nwant %v", r.ID, core.DescribeRequest(req), r.Rev, r.Response, want.Out.KV)
 		}
 	}
 	for _, wr := range rd.WatchResponses {
@@ -208,15 +209,18 @@ func (h *harness) read(req *pb.RangeRequest) {
 			h.t.Fatalf("range at r%d > C=%d: err %v", rev, c, err)
 		}
 		return
-	case rev < h.model.compacted:
+	case rev < h.model.Compacted():
 		if err != core.ErrCompacted {
-			h.t.Fatalf("range at r%d < compact %d: err %v", rev, h.model.compacted, err)
+			h.t.Fatalf("range at r%d < compact %d: err %v", rev, h.model.Compacted(), err)
 		}
 		return
 	case err != nil:
 		h.t.Fatalf("range: %v", err)
 	}
-	want := modelRange(req, sortedIn(h.model.stateAt(rev), req.Key, req.RangeEnd))
+	want, ok := h.model.Range(req, c)
+	if !ok {
+		h.t.Fatalf("range %q..%q at r%d (C=%d): the model refuses it", req.Key, req.RangeEnd, rev, c)
+	}
 	want.Header = &pb.ResponseHeader{Revision: c}
 	if !proto.Equal(got, want) {
 		h.t.Fatalf("range %q..%q at r%d (C=%d):\n got %v\nwant %v", req.Key, req.RangeEnd, rev, c, got, want)
@@ -352,7 +356,7 @@ func runModel(t *rapid.T) {
 	h := &harness{
 		t: t, ctx: context.Background(), eng: memkv.New(),
 		node:  core.NewNode(core.Config{RingSize: rapid.IntRange(1, 8).Draw(t, "ring"), CatchUpBatch: 4}, core.State{}),
-		model: newModel(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{}, leaseOps: map[core.RequestID]*core.LeaseOp{}, revoked: map[int64]bool{},
+		model: linearizability.NewSequential(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{}, leaseOps: map[core.RequestID]*core.LeaseOp{}, revoked: map[int64]bool{},
 	}
 	steps := rapid.IntRange(20, 150).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
@@ -388,6 +392,38 @@ func runModel(t *rapid.T) {
 	}
 	h.read(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
 	h.checkWatches()
+	h.checkRecordedEvents()
+}
+
+// checkRecordedEvents compares the events in the engine's revision
+// records above the compact revision (what watchers catch up from) with
+// the model's.
+func (h *harness) checkRecordedEvents() {
+	h.faultFree()
+	txn, err := h.eng.Begin(h.ctx)
+	if err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	defer txn.Rollback()
+	from := h.model.Compacted() + 1
+	got, _, err := core.ReadEvents(storage.NewReader(txn), from, h.node.Committed(), 0)
+	if err != nil {
+		h.t.Fatalf("reading events from r%d: %v", from, err)
+	}
+	var want []*mvccpb.Event
+	for _, ev := range h.model.Events() {
+		if ev.Rev >= from {
+			want = append(want, ev.Event)
+		}
+	}
+	if len(got) != len(want) {
+		h.t.Fatalf("revision records hold %d events from r%d, the model %d", len(got), from, len(want))
+	}
+	for i := range want {
+		if !proto.Equal(got[i].Event, want[i]) {
+			h.t.Fatalf("recorded event %d:\n got %v\nwant %v", i, got[i].Event, want[i])
+		}
+	}
 }
 
 func (h *harness) addWatchOrCompact(t *rapid.T) {
@@ -458,6 +494,7 @@ func (h *harness) leaseResponse(r core.Response, op *core.LeaseOp) {
 			h.t.Fatalf("grant: %v", r.Err)
 		}
 		h.granted = append(h.granted, r.Lease)
+		h.model.Grant(r.Lease, op.TTL)
 	case op != nil && r.Err == core.ErrLeaseNotFound:
 		if !h.revoked[op.ID] {
 			h.t.Fatalf("revoke of live lease %d: not found", op.ID)
@@ -466,10 +503,9 @@ func (h *harness) leaseResponse(r core.Response, op *core.LeaseOp) {
 		h.t.Fatalf("revoke of lease %d: %v", r.Lease, r.Err)
 	default:
 		h.released(r)
-		events := len(h.model.events)
-		h.model.revoke(r.Lease, r.Rev)
-		if wrote := len(h.model.events) > events; wrote != r.Wrote {
-			h.t.Fatalf("revoke of lease %d at r%d: wrote=%v, model says %v", r.Lease, r.Rev, r.Wrote, wrote)
+		want := h.model.Apply(linearizability.Input{Revoke: &pb.LeaseRevokeRequest{ID: r.Lease}}, r.Rev)
+		if want.Wrote != r.Wrote {
+			h.t.Fatalf("revoke of lease %d at r%d: wrote=%v, model says %v (%+v)", r.Lease, r.Rev, r.Wrote, want.Wrote, want)
 		}
 	}
 }
@@ -486,6 +522,18 @@ func (h *harness) released(r core.Response) {
 		h.t.Fatalf("answer to req%d at r%d released after r%d", r.ID, r.Rev, h.lastRev)
 	}
 	h.lastRev = r.Rev
+}
+
+// inSpan reports whether k is in etcd's [key, end): end empty is key
+// alone, "\x00" every key from key on.
+func inSpan(k, key, end []byte) bool {
+	switch {
+	case len(end) == 0:
+		return bytes.Equal(k, key)
+	case len(end) == 1 && end[0] == 0:
+		return bytes.Compare(k, key) >= 0
+	}
+	return bytes.Compare(k, key) >= 0 && bytes.Compare(k, end) < 0
 }
 
 func (h *harness) usesRevokedLease(req *pb.RequestOp) bool {
@@ -505,14 +553,14 @@ func (h *harness) usesRevokedLease(req *pb.RequestOp) bool {
 func (h *harness) checkWatches() {
 	for _, l := range h.watches {
 		if l.canceled {
-			if l.w.StartRev >= h.model.compacted {
-				h.t.Fatalf("watch%d from r%d canceled though compact is r%d", l.w.ID, l.w.StartRev, h.model.compacted)
+			if l.w.StartRev >= h.model.Compacted() {
+				h.t.Fatalf("watch%d from r%d canceled though compact is r%d", l.w.ID, l.w.StartRev, h.model.Compacted())
 			}
 			continue
 		}
 		var want []*mvccpb.Event
-		for _, ev := range h.model.events {
-			if ev.Rev < l.w.StartRev || !inRange(ev.Kv.Key, l.w.Key, l.w.End) || (l.w.NoDelete && ev.Type == mvccpb.DELETE) {
+		for _, ev := range h.model.Events() {
+			if ev.Rev < l.w.StartRev || !inSpan(ev.Kv.Key, l.w.Key, l.w.End) || (l.w.NoDelete && ev.Type == mvccpb.DELETE) {
 				continue
 			}
 			e := ev.Event
@@ -525,7 +573,7 @@ func (h *harness) checkWatches() {
 			h.t.Fatalf("watch%d (%q..%q from r%d): got %d events, want %d\n got %v\nwant %v", l.w.ID, l.w.Key, l.w.End, l.w.StartRev, len(l.events), len(want), l.events, want)
 		}
 		for i := range want {
-			if p := want[i].PrevKv; p != nil && l.events[i].PrevKv == nil && p.ModRevision < h.model.compacted {
+			if p := want[i].PrevKv; p != nil && l.events[i].PrevKv == nil && p.ModRevision < h.model.Compacted() {
 				// As in etcd: a previous version compacted away before
 				// the event was read from history is not sent.
 				want[i] = &mvccpb.Event{Type: want[i].Type, Kv: want[i].Kv}

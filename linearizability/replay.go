@@ -21,8 +21,8 @@ type Applied struct {
 }
 
 // Replay applies ops in revision order through the model and returns the
-// events their writes make, in revision order (within a revision, by
-// key): what a store with etcd's semantics emits for them, derived
+// events their writes make, in revision order (within a revision, in
+// the order the operation made them, as etcd sends them): what a store with etcd's semantics emits for them, derived
 // without reading any store's own event records. It fails if a write's
 // answer is not the model's at its revision, if a write changes nothing,
 // or if an operation placed without a revision changes keys. Operations
@@ -82,8 +82,7 @@ func (s *state) events() []Event {
 	slices.Reverse(recs)
 	var evs []Event
 	for _, r := range recs {
-		changes := slices.SortedFunc(slices.Values(r.changes), func(a, b change) int { return cmp.Compare(a.key, b.key) })
-		for _, c := range changes {
+		for _, c := range r.changes {
 			switch {
 			case c.after != nil:
 				evs = append(evs, Event{Rev: r.rev, Event: &mvccpb.Event{Type: mvccpb.PUT, Kv: c.after, PrevKv: c.before}})
