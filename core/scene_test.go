@@ -1,0 +1,179 @@
+package core_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+)
+
+// TestScenes runs the golden scene files in testdata/scenes, one file
+// per subject: each command drives a node by hand and prints the outputs
+// it produced (work, responses, watch responses). go test -rewrite
+// regenerates the expected output after an intended change; review the
+// diff.
+//
+// Commands (ids are request IDs; kinds are request, fence, compact,
+// sweep, catchup):
+//
+//	put id= key= value=        propose a put
+//	delete id= key= [end=]     propose a delete range
+//	cas id= key= mod= value=   a txn: put if mod revision is mod, else get
+//	compact id= rev=           compact
+//	await-sweep id= rev=       answer once the sweep reaches rev
+//	watch id= key= [end=] start=
+//	progress ids=(a,b)         RequestProgress for those watches
+//	run kind= [rev=] [outcome=committed|not-applied|uncertain]
+//	                           run the oldest such work item; not-applied
+//	                           reports it without touching the engine,
+//	                           uncertain commits it and reports uncertain
+//	settle                     run all work until none is left
+//	read key= [end=] [rev=]    a range at C
+func TestScenes(t *testing.T) {
+	datadriven.Walk(t, "testdata/scenes", func(t *testing.T, path string) {
+		s := newScene(t, core.Config{RingSize: 4, SweepBatch: 2})
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			s.t = t
+			s.out = nil
+			if out, ok := s.command(d); ok {
+				return out
+			}
+			s.collect()
+			if len(s.out) == 0 {
+				return "ok\n"
+			}
+			return strings.Join(s.out, "\n") + "\n"
+		})
+	})
+}
+
+// command runs d; ok with a result when the command prints its own.
+func (s *scene) command(d *datadriven.TestData) (string, bool) {
+	t := s.t
+	var (
+		id         int
+		key, value string
+		rev        int64
+	)
+	arg := func(name string, dest any) bool {
+		if !d.HasArg(name) {
+			return false
+		}
+		d.ScanArgs(t, name, dest)
+		return true
+	}
+	arg("id", &id)
+	arg("key", &key)
+	arg("value", &value)
+	arg("rev", &rev)
+	rid := core.RequestID(id)
+	switch d.Cmd {
+	case "put":
+		s.propose(rid, putOp(key, value))
+	case "delete":
+		var end string
+		arg("end", &end)
+		s.propose(rid, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key), RangeEnd: []byte(end)}}})
+	case "cas":
+		var mod int64
+		arg("mod", &mod)
+		s.propose(rid, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: mod}}},
+			Success: []*pb.RequestOp{putOp(key, value)},
+			Failure: []*pb.RequestOp{rangeOp(key, "")},
+		}}})
+	case "compact":
+		s.node.Compact(rid, rev)
+	case "await-sweep":
+		s.node.AwaitSweep(rid, rev)
+	case "watch":
+		var end string
+		var start int64
+		arg("end", &end)
+		arg("start", &start)
+		if err := s.node.AddWatch(core.Watch{ID: core.WatchID(id), Key: []byte(key), End: []byte(end), StartRev: start}); err != nil {
+			return "error: " + err.Error() + "\n", true
+		}
+	case "progress":
+		var ws []core.WatchID
+		for _, a := range d.CmdArgs {
+			for _, v := range a.Vals {
+				n, err := strconv.Atoi(v)
+				if a.Key != "ids" || err != nil {
+					d.Fatalf(t, "progress ids=(watch IDs), got %s", a)
+				}
+				ws = append(ws, core.WatchID(n))
+			}
+		}
+		if !s.node.RequestProgress(ws...) {
+			return "no watch\n", true
+		}
+	case "run":
+		s.runCommand(d, arg)
+	case "settle":
+		s.settle()
+		s.collect()
+	case "read":
+		var end string
+		arg("end", &end)
+		resp, err := s.rangeAt(&pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end), Revision: rev})
+		if err != nil {
+			return "error: " + err.Error() + "\n", true
+		}
+		return fmt.Sprintf("r%d %s\n", resp.Header.GetRevision(), kvs(resp.Kvs)), true
+	default:
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	return "", false
+}
+
+var workKinds = map[string]core.WorkKind{
+	"request": core.WorkRequest, "fence": core.WorkFence, "compact": core.WorkCompact,
+	"sweep": core.WorkSweep, "catchup": core.WorkCatchUp,
+}
+
+// runCommand runs the oldest handed-out work item of a kind (and
+// revision, if given) with the outcome asked for.
+func (s *scene) runCommand(d *datadriven.TestData, arg func(string, any) bool) {
+	t := s.t
+	s.collect()
+	var kindName, outcome string
+	var rev int64
+	arg("kind", &kindName)
+	hasRev := arg("rev", &rev)
+	arg("outcome", &outcome)
+	kind, ok := workKinds[kindName]
+	if !ok {
+		d.Fatalf(t, "unknown work kind %q", kindName)
+	}
+	var w *core.Work
+	for i, x := range s.work {
+		if x.Kind == kind && (!hasRev || x.Rev == rev) {
+			w = x
+			s.work = append(s.work[:i:i], s.work[i+1:]...)
+			break
+		}
+	}
+	if w == nil {
+		d.Fatalf(t, "no %s work handed out", kindName)
+	}
+	switch outcome {
+	case "", "committed":
+		s.run(w)
+	case "not-applied":
+		s.node.Done(w, core.Result{Outcome: core.NotApplied})
+	case "uncertain":
+		txn, eff := s.apply(w)
+		if err := txn.Commit(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.node.Done(w, core.Result{Effects: eff, Outcome: core.Uncertain})
+	default:
+		d.Fatalf(t, "unknown outcome %q", outcome)
+	}
+}
