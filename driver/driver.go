@@ -92,7 +92,8 @@ type Driver struct {
 	waiters map[core.RequestID]func(core.Response)
 
 	seen          leaderSeen // the leader known at the last step
-	leaderWaiters []func()   // calls to try again when it changes
+	leaderWaiters map[uint64]func() // calls to try again when it changes
+	nextWaiter    uint64
 	readWaiting   []func(int64, error)
 	readBusy      bool
 	known         atomic.Int64 // the newest commit point learned

@@ -237,3 +237,25 @@ func TestTransferEndsWhenTheSuccessorHolds(t *testing.T) {
 		t.Fatalf("after the transfer: %s, leader %+v", core.DescribeMember(m), rec)
 	}
 }
+
+// TestRetriesLeaveNoWaiters: a call refused again and again while the
+// leader stays the same retries on its timer and leaves nothing behind
+// (a long-lived follower cut off from its leader must not grow).
+func TestRetriesLeaveNoWaiters(t *testing.T) {
+	d, clock, _, _ := newLeader(t)
+	tries := 0
+	var got error
+	d.Lead(driver.Call{
+		Local: func(done func(error)) { tries++; done(core.ErrNoLeader) },
+		Alive: func() bool { return tries < 5 },
+	}, func(err error) { got = err })
+	for i := 0; i < 10 && got == nil; i++ {
+		clock.advance(20 * time.Millisecond)
+	}
+	if tries != 5 || got == nil {
+		t.Fatalf("tries=%d answer=%v", tries, got)
+	}
+	if n := driver.Waiting(d); n != 0 {
+		t.Fatalf("%d calls still wait for a leader change", n)
+	}
+}

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,9 +153,21 @@ func (d *Driver) leaderAddr() (string, bool) {
 // reachable again), and asks the member to read the election record now.
 func (d *Driver) awaitLeader(f func()) {
 	var once sync.Once
-	fire := func() { once.Do(f) }
 	d.mu.Lock()
-	d.leaderWaiters = append(d.leaderWaiters, fire)
+	d.nextWaiter++
+	id := d.nextWaiter
+	fire := func() {
+		once.Do(func() {
+			d.mu.Lock()
+			delete(d.leaderWaiters, id) // a timer fired first: forget it
+			d.mu.Unlock()
+			f()
+		})
+	}
+	if d.leaderWaiters == nil {
+		d.leaderWaiters = map[uint64]func(){}
+	}
+	d.leaderWaiters[id] = fire
 	d.mu.Unlock()
 	d.Step(func(m *core.Member) { m.Refresh() }, nil)
 	d.cfg.Clock.AfterFunc(d.retryEvery(), fire)
@@ -175,8 +189,12 @@ func (d *Driver) leaderChanged() []func() {
 		return nil
 	}
 	d.seen = now
-	w := d.leaderWaiters
-	d.leaderWaiters = nil
+	// In the order they came: the simulator replays by seed.
+	w := make([]func(), 0, len(d.leaderWaiters))
+	for _, id := range slices.Sorted(maps.Keys(d.leaderWaiters)) {
+		w = append(w, d.leaderWaiters[id])
+	}
+	clear(d.leaderWaiters)
 	return w
 }
 
