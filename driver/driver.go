@@ -91,7 +91,7 @@ type Driver struct {
 	nextID  core.RequestID
 	waiters map[core.RequestID]func(core.Response)
 
-	seen          leaderSeen // the leader known at the last step
+	seen          leaderSeen        // the leader known at the last step
 	leaderWaiters map[uint64]func() // calls to try again when it changes
 	nextWaiter    uint64
 	readWaiting   []func(int64, error)
