@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -524,18 +523,6 @@ func (h *harness) released(r core.Response) {
 	h.lastRev = r.Rev
 }
 
-// inSpan reports whether k is in etcd's [key, end): end empty is key
-// alone, "\x00" every key from key on.
-func inSpan(k, key, end []byte) bool {
-	switch {
-	case len(end) == 0:
-		return bytes.Equal(k, key)
-	case len(end) == 1 && end[0] == 0:
-		return bytes.Compare(k, key) >= 0
-	}
-	return bytes.Compare(k, key) >= 0 && bytes.Compare(k, end) < 0
-}
-
 func (h *harness) usesRevokedLease(req *pb.RequestOp) bool {
 	if p := req.GetRequestPut(); p != nil {
 		return p.Lease != 0 && h.revoked[p.Lease]
@@ -560,7 +547,7 @@ func (h *harness) checkWatches() {
 		}
 		var want []*mvccpb.Event
 		for _, ev := range h.model.Events() {
-			if ev.Rev < l.w.StartRev || !inSpan(ev.Kv.Key, l.w.Key, l.w.End) || (l.w.NoDelete && ev.Type == mvccpb.DELETE) {
+			if ev.Rev < l.w.StartRev || !linearizability.InSpan(ev.Kv.Key, l.w.Key, l.w.End) || (l.w.NoDelete && ev.Type == mvccpb.DELETE) {
 				continue
 			}
 			e := ev.Event

@@ -41,10 +41,12 @@ func (w WatchSpec) matches(ev *mvccpb.Event) bool {
 	if (w.NoPut && ev.Type == mvccpb.PUT) || (w.NoDelete && ev.Type == mvccpb.DELETE) {
 		return false
 	}
-	return inSpan(ev.Kv.Key, w.Key, w.End)
+	return InSpan(ev.Kv.Key, w.Key, w.End)
 }
 
-func inSpan(k, key, end []byte) bool {
+// InSpan reports whether k is in etcd's range [key, end): end empty is
+// key alone, "\x00" every key from key on.
+func InSpan(k, key, end []byte) bool {
 	switch {
 	case len(end) == 0:
 		return bytes.Equal(k, key)
