@@ -42,6 +42,8 @@ type Engine struct {
 	closed bool
 
 	queue chan *commitReq
+	// alone runs a function in the commit loop, between groups.
+	alone chan func()
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -105,7 +107,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("badger: open %s: %w", dir, err)
 	}
 	e := &Engine{
-		db: db, queue: make(chan *commitReq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
+		db: db, queue: make(chan *commitReq, 1024), alone: make(chan func()), stop: make(chan struct{}), done: make(chan struct{}),
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
 		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
 	}
@@ -121,6 +123,9 @@ func (e *Engine) commitLoop() {
 		var first *commitReq
 		select {
 		case first = <-e.queue:
+		case fn := <-e.alone:
+			fn()
+			continue
 		case <-e.stop:
 			return
 		}

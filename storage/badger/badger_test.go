@@ -2,12 +2,17 @@ package badger
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	bdb "github.com/dgraph-io/badger/v4"
@@ -322,4 +327,133 @@ func BenchmarkCommitParallel(b *testing.B) {
 			benchCommit(b, e, fmt.Appendf(nil, "w%d/key%06d", w, i%10000), val)
 		}
 	})
+}
+
+// TestDefragGivesBackSpace: 60 MiB of incompressible values, deleted,
+// stay on disk until Defrag, which gives the space back while a reader
+// and a writer go on; what was not deleted is still there.
+func TestDefragGivesBackSpace(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() []byte {
+		v := make([]byte, 100<<10)
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		return v
+	}
+	kept := value()
+	set(t, e, []byte("kept"), kept)
+	for i := range 600 {
+		set(t, e, fmt.Appendf(nil, "k%04d", i), value())
+	}
+	for i := range 600 {
+		if err := put(e, fmt.Appendf(nil, "k%04d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := diskUsage(t, dir)
+	// A writer and a reader run through the defragmentation.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := put(e, fmt.Appendf(nil, "during%06d", i), []byte("v")); err != nil {
+				t.Errorf("write during defrag: %v", err)
+				return
+			}
+			writes.Add(1)
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if v, err := read(e, []byte("kept")); err != nil || !bytes.Equal(v, kept) {
+				t.Errorf("kept: %d bytes during defrag: %v", len(v), err)
+				return
+			}
+		}
+	})
+	if err := e.Defrag(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	after := diskUsage(t, dir)
+	t.Logf("disk usage %d MiB before defrag, %d MiB after; %d writes during it", before>>20, after>>20, writes.Load())
+	if before < 50<<20 || after > before/4 {
+		t.Fatalf("disk usage %d bytes before defrag, %d after: want a quarter or less", before, after)
+	}
+	if v, err := read(e, []byte("kept")); err != nil || !bytes.Equal(v, kept) {
+		t.Fatalf("kept: %d bytes after defrag: %v", len(v), err)
+	}
+	if n := writes.Load(); n > 0 {
+		if v, err := read(e, fmt.Appendf(nil, "during%06d", n-1)); err != nil || string(v) != "v" {
+			t.Fatalf("last write during defrag: %q, %v", v, err)
+		}
+	}
+	if got, err := read(e, defragKey); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the defrag marker is visible: %q, %v", got, err)
+	}
+}
+
+// diskUsage is the space the files under dir take (allocated blocks).
+func diskUsage(t *testing.T, dir string) int64 {
+	t.Helper()
+	var used int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		used += info.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
+// put writes value under key in a transaction of its own; nil deletes.
+func put(e storage.Engine, key, value []byte) error {
+	tx, err := e.Begin(context.Background())
+	if err != nil {
+		return err
+	}
+	if value == nil {
+		err = tx.Delete(key)
+	} else {
+		err = tx.Set(key, value)
+	}
+	if err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit(context.Background())
+}
+
+// read reads key in a transaction of its own.
+func read(e storage.Engine, key []byte) ([]byte, error) {
+	tx, err := e.Begin(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	return tx.Get(key)
 }
