@@ -174,7 +174,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	}
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(streams),
-		grpc.ChainUnaryInterceptor(s.metrics.unary),
+		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),

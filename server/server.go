@@ -55,6 +55,10 @@ type Config struct {
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams; 0: no bound, as etcd).
 	MaxConcurrentStreams uint32
+	// MaxInflight bounds the KV and Lease requests (unary calls)
+	// this instance serves at once; past it they are answered "too many
+	// requests" (0: DefaultMaxInflight; negative: no bound).
+	MaxInflight int
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
 	Quota Quota
@@ -117,11 +121,12 @@ type Server struct {
 	watches map[core.WatchID]*watchStream
 	nextW   core.WatchID
 
-	metrics *metrics
-	compact *compactor
-	space   *space
-	peers   *peers
-	counts  counter
+	metrics   *metrics
+	admission *admission
+	compact   *compactor
+	space     *space
+	peers     *peers
+	counts    counter
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -176,6 +181,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
 	s.metrics = newMetrics(s)
+	s.admission = newAdmission(cfg.MaxInflight)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
 	if sz, ok := eng.(interface{ Size() int64 }); ok {

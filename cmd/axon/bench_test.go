@@ -20,10 +20,7 @@ func TestBenchQuickMeasuresBothSystems(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs two servers")
 	}
-	bin := filepath.Join(t.TempDir(), "axon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildAxon(t)
 	out := filepath.Join(t.TempDir(), "bench.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

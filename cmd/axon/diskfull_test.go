@@ -42,10 +42,7 @@ func TestFullDiskRaisesNoSpaceAndNeverCrashes(t *testing.T) {
 			t.Errorf("umount %s: %v %s", dir, err, out)
 		}
 	})
-	bin := filepath.Join(t.TempDir(), "axon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildAxon(t)
 	data := filepath.Join(dir, "data")
 	cmd, cli := startServe(t, bin, data)
 	kill := func() {

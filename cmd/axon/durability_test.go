@@ -26,13 +26,23 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startServe runs `axon serve` as a child process on dir and returns it
-// with a client, once the server answers.
-func startServe(t *testing.T, bin, dir string) (*exec.Cmd, *clientv3.Client) {
+// buildAxon builds the axon binary into a temporary directory.
+func buildAxon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "axon")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startServe runs `axon serve` as a child process on dir, with flags
+// added, and returns it with a client once the server answers.
+func startServe(t *testing.T, bin, dir string, flags ...string) (*exec.Cmd, *clientv3.Client) {
 	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--data-dir", dir,
-		"--listen-client-urls", "http://"+addr, "--listen-metrics-urls", "http://"+freeAddr(t))
+	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", dir,
+		"--listen-client-urls", "http://" + addr, "--listen-metrics-urls", "http://" + freeAddr(t)}, flags...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -63,10 +73,7 @@ func TestKillDashNineLosesNoAcknowledgedWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "axon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildAxon(t)
 	dir := t.TempDir()
 	cmd, cli := startServe(t, bin, dir)
 

@@ -62,6 +62,7 @@ type serveFlags struct {
 	keepAlive                                    server.KeepAlive
 	quota                                        server.Quota
 	maxStreams                                   uint32
+	maxInflight, maxPending                      int
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
 }
@@ -87,6 +88,8 @@ func serveCmd() *cobra.Command {
 	f.peerTLS.register(fl, "peer")
 	f.tlsVersions.register(fl)
 	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
+	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
+	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
@@ -183,10 +186,10 @@ func serve(ctx context.Context, f serveFlags) error {
 		advPeer = f.listenPeer
 	}
 	srv, err := server.New(server.Config{
-		Core: core.Config{MaxTxnOps: f.maxTxnOps}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
+		Core: core.Config{MaxTxnOps: f.maxTxnOps, MaxPending: f.maxPending}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
-		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams,
+		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
 	}, eng)
 	if err != nil {
 		return err
