@@ -55,6 +55,10 @@ type Config struct {
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams; 0: no bound, as etcd).
 	MaxConcurrentStreams uint32
+	// WatchQueue bounds the responses a Watch stream holds unsent; a
+	// watcher whose next response finds it full is canceled as too slow
+	// (0: driver.DefaultOutboxLimit).
+	WatchQueue int
 	// MaxInflight bounds the KV and Lease requests (unary calls)
 	// this instance serves at once; past it they are answered "too many
 	// requests" (0: DefaultMaxInflight; negative: no bound).

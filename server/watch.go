@@ -11,19 +11,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 )
 
-// maxQueued bounds a stream's unsent responses; a watcher that falls
-// further behind is canceled with a reason instead of dropping events.
-const maxQueued = 4096
-
 // watchStream is one client Watch stream: local watch IDs mapped to the
-// node's, and an ordered queue of responses to send.
+// node's, and the driver's bounded outbox of responses to send (a
+// watcher that falls too far behind is cut off there).
 type watchStream struct {
 	s      *Server
-	mu     sync.Mutex
-	queue  []*pb.WatchResponse
-	signal chan struct{}
+	out    *driver.Outbox[*pb.WatchResponse]
 	local  map[int64]core.WatchID // stream ID → node ID
 	remote map[core.WatchID]int64
 	nextID int64
@@ -41,15 +37,7 @@ type watchStream struct {
 func (ws *watchStream) stop() { ws.stopOnce.Do(func() { close(ws.stopped) }) }
 
 // enqueue adds a response; called with s.mu held so order is the node's.
-func (ws *watchStream) enqueue(r *pb.WatchResponse) {
-	ws.mu.Lock()
-	ws.queue = append(ws.queue, r)
-	ws.mu.Unlock()
-	select {
-	case ws.signal <- struct{}{}:
-	default:
-	}
-}
+func (ws *watchStream) enqueue(r *pb.WatchResponse) { ws.out.Push(r) }
 
 // deliver converts a node watch response; called with s.mu held.
 func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
@@ -57,32 +45,30 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	if !ok {
 		return
 	}
-	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
-	if wr.Requested {
-		// The answer to RequestProgress is the stream's, not a watch's.
-		r.Header, r.WatchId = ws.s.header(wr.Revision), -1
-	}
-	if wr.Canceled {
-		// As etcd: a watch canceled because its start revision was
-		// compacted says so by CompactRevision alone, with no reason.
-		r.Canceled, r.CompactRevision = true, wr.CompactRevision
-		ws.forget(wr.ID)
-	}
-	ws.mu.Lock()
-	full := len(ws.queue) >= maxQueued
-	ws.mu.Unlock()
-	if full && !r.Canceled && !wr.Requested {
-		n.CancelWatch(wr.ID)
-		ws.forget(wr.ID)
-		r = &pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: "axon: watcher too slow: more than 4096 responses unsent"}
-	}
-	if ws.fragment[wr.ID] && len(r.Events) > 1 {
-		for _, part := range fragments(r, ws.s.cfg.MaxRequestBytes) {
-			ws.enqueue(part)
+	hdr := ws.s.header(n.Committed())
+	fragment := ws.fragment[wr.ID]
+	msg := func(wr core.WatchResponse) []*pb.WatchResponse {
+		r := &pb.WatchResponse{Header: hdr, WatchId: id, Events: wr.Events}
+		if wr.Requested {
+			// The answer to RequestProgress is the stream's, not a watch's.
+			r.Header, r.WatchId = ws.s.header(wr.Revision), -1
 		}
-		return
+		if wr.Canceled {
+			// As etcd: a watch canceled because its start revision was
+			// compacted says so by CompactRevision alone, with no reason.
+			r.Canceled, r.CompactRevision = true, wr.CompactRevision
+		}
+		if fragment && len(r.Events) > 1 {
+			return fragments(r, ws.s.cfg.MaxRequestBytes)
+		}
+		return []*pb.WatchResponse{r}
 	}
-	ws.enqueue(r)
+	slow := func(core.WatchResponse) *pb.WatchResponse {
+		return &pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: ws.out.SlowReason()}
+	}
+	if ws.out.Deliver(n, wr, msg, slow) || wr.Canceled {
+		ws.forget(wr.ID)
+	}
 }
 
 // fragments splits a watch response larger than limit into parts of at
@@ -155,7 +141,7 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	if !w.s.Leading() {
 		return w.s.proxyWatch(stream)
 	}
-	ws := &watchStream{s: w.s, signal: make(chan struct{}, 1), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
+	ws := &watchStream{s: w.s, out: driver.NewOutbox[*pb.WatchResponse](w.s.cfg.WatchQueue), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
 		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, stopped: make(chan struct{})}
 	done := make(chan struct{})
 	defer func() {
@@ -201,7 +187,7 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
 	for {
 		select {
-		case <-ws.signal:
+		case <-ws.out.Ready():
 		case <-done:
 			return nil
 		case <-ws.stopped:
@@ -209,11 +195,7 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		}
-		ws.mu.Lock()
-		batch := ws.queue
-		ws.queue = nil
-		ws.mu.Unlock()
-		for _, r := range batch {
+		for _, r := range ws.out.Take() {
 			// Counted before Send so a client that has the events
 			// never sees a lower count.
 			if len(r.Events) > 0 {

@@ -189,6 +189,8 @@ type clientWatch struct {
 	lastRev   int64
 	created   bool
 	ended     bool
+	// stalledUntil: the client reads nothing from the stream before it.
+	stalledUntil time.Duration
 }
 
 type watchSpec struct {
@@ -502,6 +504,24 @@ func (c *client) watchCreated(cw *clientWatch) {
 	}
 	cw.created = true
 	c.progressLoop(cw)
+	c.stallLoop(cw)
+}
+
+// stallLoop stops reading the watch stream now and then, for a while, as
+// a client busy elsewhere (or a slow network) does.
+func (c *client) stallLoop(cw *clientWatch) {
+	every := c.w.plan.StallEvery
+	if every == 0 {
+		return
+	}
+	c.w.after(c.w.between(every/2, every*3/2), "stall", func() {
+		if cw.ended || c.w.stopped {
+			return
+		}
+		cw.stalledUntil = c.w.now + c.w.between(100*time.Millisecond, 2*time.Second)
+		c.w.note("c%d stops reading its watch until %v", c.idx, cw.stalledUntil)
+		c.stallLoop(cw)
+	})
 }
 
 // progressLoop asks for progress now and then, like the apiserver.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 )
 
 // idempotent lists the node-to-node messages a network may duplicate:
@@ -138,7 +139,7 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	}
 	n.nextWatch++
 	id := n.nextWatch
-	sub := &watchSub{c: c, cw: cw, lastAt: n.w.now}
+	sub := &watchSub{c: c, cw: cw, lastAt: n.w.now, out: driver.NewOutbox[core.WatchResponse](n.w.plan.WatchQueue)}
 	n.subs[id] = sub
 	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, id
 	if err := nd.AddWatch(core.Watch{ID: id, Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete}); err != nil {
@@ -150,22 +151,54 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	n.process()
 }
 
-// deliverWatch sends a node watch response down its stream.
-func (n *node) deliverWatch(wr core.WatchResponse) {
+// deliverWatch queues a node watch response on its stream's outbox,
+// which cuts the watcher off if its client has let too many pile up.
+func (n *node) deliverWatch(nd *core.Node, wr core.WatchResponse) {
 	sub := n.subs[wr.ID]
 	if sub == nil {
 		return
 	}
 	if n.isolated {
 		delete(n.subs, wr.ID)
-		n.member.Node().CancelWatch(wr.ID)
+		nd.CancelWatch(wr.ID)
 		n.w.after(0, "watch-broken", func() { sub.c.watchBroken(sub.cw) })
 		return
 	}
-	if wr.Canceled {
+	one := func(wr core.WatchResponse) []core.WatchResponse { return []core.WatchResponse{wr} }
+	slow := func(wr core.WatchResponse) core.WatchResponse {
+		return core.WatchResponse{ID: wr.ID, Canceled: true, Revision: wr.Revision}
+	}
+	if sub.out.Deliver(nd, wr, one, slow) {
+		n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, sub.c.idx, sub.cw.lastRev, sub.out.Len()-1)
+		delete(n.subs, wr.ID)
+	} else if wr.Canceled {
 		delete(n.subs, wr.ID)
 	}
-	n.w.after(n.w.streamDelay(sub), "watch-event", func() { sub.c.watchResponse(sub.cw, wr) })
+	n.flush(sub)
+}
+
+// flush sends what the stream's outbox holds, in order, after a network
+// delay; a client that has stopped reading takes nothing until it reads
+// again, so meanwhile its outbox fills.
+func (n *node) flush(sub *watchSub) {
+	if sub.flushing {
+		return
+	}
+	sub.flushing = true
+	d := n.w.streamDelay(sub)
+	if until := sub.cw.stalledUntil; until > n.w.now+d {
+		d, sub.lastAt = until-n.w.now, until
+	}
+	n.w.after(d, "watch-event", func() {
+		sub.flushing = false
+		if sub.cw.stalledUntil > n.w.now {
+			n.flush(sub)
+			return
+		}
+		for _, wr := range sub.out.Take() {
+			sub.c.watchResponse(sub.cw, wr)
+		}
+	})
 }
 
 // requestProgress asks the node to answer a client's progress request

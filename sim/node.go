@@ -40,6 +40,10 @@ type watchSub struct {
 	c      *client
 	cw     *clientWatch
 	lastAt time.Duration // delivery time of the last message (FIFO stream)
+	// out is the stream's outbox, the driver's, bounded as the server's;
+	// flushing says a send of what it holds is scheduled.
+	out      *driver.Outbox[core.WatchResponse]
+	flushing bool
 }
 
 func newNode(w *World, idx int) *node {
@@ -73,7 +77,7 @@ func (n *node) start() {
 				}
 			}
 		},
-		Watch: func(_ *core.Node, wr core.WatchResponse) { n.deliverWatch(wr) },
+		Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
 		Unclaimed: func(r core.Response) {
 			if r.ID == 0 && r.Lease != 0 && r.Err == nil {
 				n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})

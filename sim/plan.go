@@ -86,6 +86,11 @@ type Plan struct {
 	Timeout      time.Duration
 	TimeoutShare float64
 	CancelShare  float64
+	// Slow watchers: StallEvery, clients stop reading their watch stream
+	// for up to 2 s, and a stream holds at most WatchQueue unsent
+	// responses (0: the driver's default) before its watcher is cut off.
+	StallEvery time.Duration
+	WatchQueue int
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -164,6 +169,10 @@ func drawTraffic(w *World, p *Plan) {
 		if w.chance(0.5) {
 			p.CancelShare = 0.2 * w.rng.Float64()
 		}
+	}
+	if w.chance(0.3) {
+		p.StallEvery = w.between(time.Second, 5*time.Second)
+		p.WatchQueue = 2 + w.rng.IntN(14)
 	}
 }
 
