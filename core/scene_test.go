@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -21,7 +22,8 @@ import (
 // Commands (ids are request IDs; kinds are request, fence, compact,
 // sweep, catchup):
 //
-//	put id= key= value=        propose a put
+//	put id= key= value= [lease=] propose a put
+//	ignore-value id= key=      a put keeping the value (ignore_value)
 //	delete id= key= [end=]     propose a delete range
 //	cas id= key= mod= value=   a txn: put if mod revision is mod, else get
 //	compact id= rev=           compact
@@ -34,6 +36,13 @@ import (
 //	                           uncertain commits it and reports uncertain
 //	settle                     run all work until none is left
 //	read key= [end=] [rev=]    a range at C
+//	tick at=                   the node's clock is at (a duration)
+//	grant id= [lease=] ttl=    grant (lease 0: the node picks the ID)
+//	revoke id= lease=          revoke
+//	keepalive lease= at=       a keepalive at that time: the TTL
+//	ttl lease= at=             TimeToLive at that time
+//	run ... [id=]              run ... of that request (undealt work too)
+//	records                    the revisions that have a revision record
 func TestScenes(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenes", func(t *testing.T, path string) {
 		s := newScene(t, core.Config{RingSize: 4, SweepBatch: 2})
@@ -74,7 +83,40 @@ func (s *scene) command(d *datadriven.TestData) (string, bool) {
 	rid := core.RequestID(id)
 	switch d.Cmd {
 	case "put":
-		s.propose(rid, putOp(key, value))
+		var lease int64
+		arg("lease", &lease)
+		s.propose(rid, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte(value), Lease: lease}}})
+	case "ignore-value":
+		s.propose(rid, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), IgnoreValue: true}}})
+	case "tick":
+		s.node.Tick(durationArg(t, d, "at"))
+	case "grant":
+		var lease, ttl int64
+		arg("lease", &lease)
+		arg("ttl", &ttl)
+		s.node.Grant(rid, lease, ttl)
+	case "revoke":
+		var lease int64
+		arg("lease", &lease)
+		s.node.Revoke(rid, lease)
+	case "keepalive":
+		var lease int64
+		arg("lease", &lease)
+		ttl, err := s.node.KeepAlive(lease, durationArg(t, d, "at"))
+		if err != nil {
+			return "error: " + err.Error() + "\n", true
+		}
+		return fmt.Sprintf("ttl=%d\n", ttl), true
+	case "ttl":
+		var lease int64
+		arg("lease", &lease)
+		info, err := s.node.TimeToLive(lease, durationArg(t, d, "at"))
+		if err != nil {
+			return "error: " + err.Error() + "\n", true
+		}
+		return fmt.Sprintf("granted=%d remaining=%v keys=%q\n", info.GrantedTTL, info.Remaining, info.Keys), true
+	case "records":
+		return fmt.Sprintf("%v\n", s.revisionRecords()), true
 	case "delete":
 		var end string
 		arg("end", &end)
@@ -144,19 +186,23 @@ func (s *scene) runCommand(d *datadriven.TestData, arg func(string, any) bool) {
 	s.collect()
 	var kindName, outcome string
 	var rev int64
+	var id int
 	arg("kind", &kindName)
 	hasRev := arg("rev", &rev)
+	hasID := arg("id", &id)
 	arg("outcome", &outcome)
 	kind, ok := workKinds[kindName]
 	if !ok {
 		d.Fatalf(t, "unknown work kind %q", kindName)
 	}
 	var w *core.Work
+	if hasID {
+		w = s.takeReq(core.RequestID(id))
+	}
 	for i, x := range s.work {
-		if x.Kind == kind && (!hasRev || x.Rev == rev) {
+		if w == nil && x.Kind == kind && (!hasRev || x.Rev == rev) {
 			w = x
 			s.work = append(s.work[:i:i], s.work[i+1:]...)
-			break
 		}
 	}
 	if w == nil {
@@ -176,4 +222,15 @@ func (s *scene) runCommand(d *datadriven.TestData, arg func(string, any) bool) {
 	default:
 		d.Fatalf(t, "unknown outcome %q", outcome)
 	}
+}
+
+// durationArg reads a duration argument such as at=15s.
+func durationArg(t *testing.T, d *datadriven.TestData, name string) time.Duration {
+	var v string
+	d.ScanArgs(t, name, &v)
+	dur, err := time.ParseDuration(v)
+	if err != nil {
+		d.Fatalf(t, "%s=%s: %v", name, v, err)
+	}
+	return dur
 }
