@@ -40,6 +40,7 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&o.Systems, "systems", o.Systems, "systems to run, in order: axon, etcd")
+	fl.IntVar(&o.Runs, "runs", o.Runs, "runs per system, alternating axon and etcd; figures are the median run's, ratios the median of the runs' ratios with their spread")
 	fl.StringSliceVar(&o.Workloads, "workloads", o.Workloads, fmt.Sprintf("workloads to run, of %v (--scale 1m adds memory)", bench.AllWorkloads))
 	fl.IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent clients of create, update, delete and get")
 	fl.IntVar(&o.Conns, "conns", o.Conns, "gRPC connections the clients share")

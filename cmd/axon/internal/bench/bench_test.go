@@ -21,12 +21,14 @@ func TestParseStatCPUCountsFromTheLastParenthesis(t *testing.T) {
 	}
 }
 
-func TestParseHWM(t *testing.T) {
-	got, err := parseHWM("Name:\taxon\nVmPeak:\t  900 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n")
-	if err != nil || got != 2048*1024 {
-		t.Fatalf("parseHWM = %d, %v; want %d", got, err, 2048*1024)
+func TestParseStatus(t *testing.T) {
+	status := "Name:\taxon\nVmPeak:\t  900 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n"
+	for field, want := range map[string]int64{"VmHWM": 2048 << 10, "VmRSS": 1024 << 10} {
+		if got, err := parseStatus(status, field); err != nil || got != want {
+			t.Fatalf("parseStatus %s = %d, %v; want %d", field, got, err, want)
+		}
 	}
-	if _, err := parseHWM("Name:\taxon\n"); err == nil {
+	if _, err := parseStatus("Name:\taxon\n", "VmHWM"); err == nil {
 		t.Fatal("no VmHWM: want an error")
 	}
 }
@@ -70,9 +72,16 @@ func TestCountNamesRoundNumbersShort(t *testing.T) {
 func TestTableHasARowPerWorkloadAndRatios(t *testing.T) {
 	rep := &Report{Systems: []string{"axon", "etcd"}}
 	row := rep.row("create c=64", Create, 64, 0, "request")
-	row.Results["axon"] = &Result{Ops: 1000, OpsPerSec: 4000, P50Ms: 1, P99Ms: 4, OpsPerServerCPUSec: 8000, ServerPeakRSSBytes: 100 << 20, LatencySamples: 1000}
-	row.Results["etcd"] = &Result{Ops: 1000, OpsPerSec: 2000, P50Ms: 2, P99Ms: 8, OpsPerServerCPUSec: 2000, ServerPeakRSSBytes: 300 << 20, LatencySamples: 1000, Conflicts: 3}
-	rep.row("list n=10k", List, 0, 10000, "full list").Results["axon"] = &Result{Ops: 5, OpsPerSec: 10}
+	// Three alternating runs: the ratios are the medians of the runs'
+	// ratios (2, 3 and 1.5 for ops/s), with their spread.
+	row.Runs["axon"] = []*Result{
+		{Ops: 1000, OpsPerSec: 4000, P50Ms: 1, P99Ms: 4, OpsPerServerCPUSec: 8000, ServerPeakRSSBytes: 100 << 20, LatencySamples: 1000},
+		{Ops: 1000, OpsPerSec: 6000, P50Ms: 1, P99Ms: 4, OpsPerServerCPUSec: 8000, ServerPeakRSSBytes: 100 << 20, LatencySamples: 1000},
+		{Ops: 1000, OpsPerSec: 3000, P50Ms: 1, P99Ms: 4, OpsPerServerCPUSec: 8000, ServerPeakRSSBytes: 100 << 20, LatencySamples: 1000},
+	}
+	etcd := &Result{Ops: 1000, OpsPerSec: 2000, P50Ms: 2, P99Ms: 8, OpsPerServerCPUSec: 2000, ServerPeakRSSBytes: 300 << 20, LatencySamples: 1000}
+	row.Runs["etcd"] = []*Result{etcd, {Ops: 1000, OpsPerSec: 2000, P50Ms: 2, P99Ms: 8, OpsPerServerCPUSec: 2000, ServerPeakRSSBytes: 300 << 20, LatencySamples: 1000, Conflicts: 3}, etcd}
+	rep.row("list n=10k", List, 0, 10000, "full list").Runs["axon"] = []*Result{{Ops: 5, OpsPerSec: 10}}
 	rep.row("watch w=10", Watch, 0, 10, "event delivered") // interrupted before any result
 	rep.finish()
 	if len(rep.Rows) != 2 {
@@ -81,12 +90,18 @@ func TestTableHasARowPerWorkloadAndRatios(t *testing.T) {
 	if q := row.Ratio; q == nil || q.OpsPerSec != 2 || q.P99 != 0.5 || q.OpsPerServerCPUSec != 4 {
 		t.Fatalf("ratio %+v", row.Ratio)
 	}
+	if sp := row.Spread; sp == nil || sp[0].OpsPerSec != 1.5 || sp[1].OpsPerSec != 3 {
+		t.Fatalf("spread %+v", row.Spread)
+	}
+	if got := row.Results["axon"].OpsPerSec; got != 4000 {
+		t.Fatalf("axon's figures are the run at %v ops/s, want the median run's 4000", got)
+	}
 	var b bytes.Buffer
 	if err := rep.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"create c=64", "list n=10k", "2.00x", "0.50x", "4.00x", "etcd: 3 conflicts"} {
+	for _, want := range []string{"create c=64", "list n=10k", "2.00x [1.50-3.00]", "0.50x", "4.00x", "etcd run 2: 3 conflicts", "3 run(s) per system"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -143,10 +158,10 @@ func TestCounterViolationCatchesLostAndPhantomIncrements(t *testing.T) {
 func TestTableShowsHotkeyTriesViolationsAndCutShortOps(t *testing.T) {
 	rep := &Report{Systems: []string{"axon", "etcd"}}
 	row := rep.row("hotkey c=256", Hotkey, 256, 0, "increment")
-	row.Results["axon"] = &Result{Ops: 13, OpsPerSec: 2.9, P50Ms: 800, P99Ms: 3000, AttemptsPerOp: 3.92, LatencySamples: 13,
+	row.Runs["axon"] = []*Result{{Ops: 13, OpsPerSec: 2.9, P50Ms: 800, P99Ms: 3000, AttemptsPerOp: 3.92, LatencySamples: 13,
 		Errors: 383, FirstError: "txn: context deadline exceeded", CutShort: 250,
-		Violation: "LOST UPDATE: /bench/hot/256 grew by 12 over 13 acknowledged increments"}
-	row.Results["etcd"] = &Result{Ops: 1000, OpsPerSec: 30, P50Ms: 1000, P99Ms: 3000, AttemptsPerOp: 17.3, LatencySamples: 1000, CutShort: 10}
+		Violation: "LOST UPDATE: /bench/hot/256 grew by 12 over 13 acknowledged increments"}}
+	row.Runs["etcd"] = []*Result{{Ops: 1000, OpsPerSec: 30, P50Ms: 1000, P99Ms: 3000, AttemptsPerOp: 17.3, LatencySamples: 1000, CutShort: 10}}
 	rep.finish()
 	var b bytes.Buffer
 	if err := rep.WriteTable(&b); err != nil {

@@ -31,6 +31,10 @@ type Options struct {
 	Systems []string
 	// Workloads to run (names above); order does not matter.
 	Workloads []string
+	// Runs is how many times the systems run, alternating (axon, etcd,
+	// axon, etcd, ...): a row's figures are the median run's and its
+	// ratios the medians of the runs' ratios, with their spread.
+	Runs int
 
 	Clients   []int         // concurrent clients of create, update, delete, get
 	Conns     int           // gRPC connections the clients share (at most one per client)
@@ -81,6 +85,7 @@ func Default() Options {
 	return Options{
 		Systems:        []string{"axon", "etcd"},
 		Workloads:      []string{Create, Update, Delete, Get, List, Watch, Hotkey, Restart},
+		Runs:           3,
 		Clients:        []int{1, 64, 256},
 		Conns:          8,
 		Ops:            20000,
@@ -111,6 +116,7 @@ func Default() Options {
 func Quick() Options {
 	o := Default()
 	o.Workloads = slices.Clone(AllWorkloads)
+	o.Runs = 1
 	o.Clients = []int{1, 8}
 	o.Ops = 300
 	o.MaxTime = 5 * time.Second

@@ -290,27 +290,33 @@ func parseStatCPU(stat string) (float64, error) {
 
 // procPeakRSS returns the peak resident set size (VmHWM) of process pid
 // in bytes.
-func procPeakRSS(pid int) (int64, error) {
+func procPeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM") }
+
+// procRSS returns the resident set size (VmRSS) of process pid in bytes.
+func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, fmt.Errorf("read peak rss: %w", err)
+		return 0, fmt.Errorf("read %s: %w", field, err)
 	}
-	return parseHWM(string(b))
+	return parseStatus(string(b), field)
 }
 
-func parseHWM(status string) (int64, error) {
+// parseStatus reads a field in kB of /proc/PID/status, in bytes.
+func parseStatus(status, field string) (int64, error) {
 	for line := range strings.SplitSeq(status, "\n") {
-		v, ok := strings.CutPrefix(line, "VmHWM:")
+		v, ok := strings.CutPrefix(line, field+":")
 		if !ok {
 			continue
 		}
 		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("malformed VmHWM %q: %w", line, err)
+			return 0, fmt.Errorf("malformed %s %q: %w", field, line, err)
 		}
 		return kb * 1024, nil
 	}
-	return 0, fmt.Errorf("no VmHWM in status")
+	return 0, fmt.Errorf("no %s in status", field)
 }
 
 // selfCPU returns the user plus system CPU seconds of this process.

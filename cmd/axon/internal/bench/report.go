@@ -7,11 +7,23 @@ import (
 	"text/tabwriter"
 )
 
-var perSystem = []string{"ops/s", "p50", "p99", "tries/op", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS"}
+var perSystem = []string{"ops/s", "p50", "p99", "tries/op", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS", "RSS"}
 
 // WriteTable writes the report as one table: a row per workload, a group
 // of columns per system and, when both ran, the Axon/etcd ratios.
 func (rep *Report) WriteTable(w io.Writer) error {
+	runs := 0
+	for _, r := range rep.Rows {
+		for _, rs := range r.Runs {
+			runs = max(runs, len(rs))
+		}
+	}
+	fmt.Fprintf(w, "disk: 4 KiB write + fdatasync p50 %s, p99 %s (%d samples in the work dir); %d run(s) per system, alternating; each system's figures are its median run's (by ops/s)",
+		fmtMs(rep.Fsync.P50Ms), fmtMs(rep.Fsync.P99Ms), rep.Fsync.Samples, runs)
+	if runs > 1 {
+		fmt.Fprint(w, ", each ratio the median of the runs' ratios [lowest-highest]")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ratios := false
 	for _, r := range rep.Rows {
@@ -46,16 +58,24 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		for _, s := range rep.Systems {
 			res := r.Results[s]
 			if res == nil {
-				cells = append(cells, "-", "-", "-", "-", "-", "-", "-", "-")
+				cells = append(cells, "-", "-", "-", "-", "-", "-", "-", "-", "-")
 				continue
 			}
 			cells = append(cells, fmtRate(res.OpsPerSec), fmtLat(res.P50Ms, res.LatencySamples), fmtLat(res.P99Ms, res.LatencySamples),
 				fmtTries(res.AttemptsPerOp), fmtSec(res.ServerCPUSecPer1kOps), fmtRate(res.OpsPerServerCPUSec), fmtSec(res.ClientCPUSecPer1kOps),
-				fmtBytes(res.ServerPeakRSSBytes))
+				fmtBytes(res.ServerPeakRSSBytes), fmtBytes(res.ServerRSSBytes))
 		}
 		if ratios {
 			if q := r.Ratio; q != nil {
-				cells = append(cells, fmtRatio(q.OpsPerSec), fmtRatio(q.P50), fmtRatio(q.P99), fmtRatio(q.OpsPerServerCPUSec), fmtRatio(q.ServerPeakRSS))
+				cell := func(f func(Ratio) float64) string {
+					if r.Spread == nil || f(*q) == 0 {
+						return fmtRatio(f(*q))
+					}
+					return fmt.Sprintf("%s [%.2f-%.2f]", fmtRatio(f(*q)), f(r.Spread[0]), f(r.Spread[1]))
+				}
+				cells = append(cells, cell(func(q Ratio) float64 { return q.OpsPerSec }), cell(func(q Ratio) float64 { return q.P50 }),
+					cell(func(q Ratio) float64 { return q.P99 }), cell(func(q Ratio) float64 { return q.OpsPerServerCPUSec }),
+					cell(func(q Ratio) float64 { return q.ServerPeakRSS }))
 			} else {
 				cells = append(cells, "-", "-", "-", "-", "-")
 			}
@@ -68,8 +88,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	var notes []string
 	for _, r := range rep.Rows {
 		for _, s := range rep.Systems {
-			if res := r.Results[s]; res != nil {
-				notes = append(notes, res.notes(r.Name+" "+s)...)
+			for i, res := range r.Runs[s] {
+				name := r.Name + " " + s
+				if len(r.Runs[s]) > 1 {
+					name += fmt.Sprintf(" run %d", i+1)
+				}
+				notes = append(notes, res.notes(name)...)
 			}
 		}
 	}
@@ -81,7 +105,7 @@ Get + CAS txn until one applies; p50/p99 = first Get to that txn; tries/op = Get
 increment; a failed or timed-out request is an error and the increment goes on); a restart
 (p50/p99 = process start to first linearizable Get); a key loaded in batches (memory). srvCPU/1k,
 genCPU/1k: CPU seconds per 1,000 ops of the server, of this load generator. peakRSS: the server's
-VmHWM so far. Ratios: Axon's over etcd's.`)
+VmHWM so far; RSS: its VmRSS at the end of the row. Ratios: Axon's over etcd's.`)
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}

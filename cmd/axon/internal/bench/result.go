@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -29,6 +30,8 @@ type Result struct {
 	ClientCPUSec         float64 `json:"client_cpu_sec"`
 	ClientCPUSecPer1kOps float64 `json:"client_cpu_sec_per_1k_ops"`
 	ServerPeakRSSBytes   int64   `json:"server_peak_rss_bytes"`
+	// ServerRSSBytes is the server's resident set at the end of the row.
+	ServerRSSBytes int64 `json:"server_rss_bytes"`
 	// Watch only: the creates/s the writer reached, and delivery latency
 	// counted from sending the write rather than from its ack.
 	WriteRate     float64 `json:"write_rate,omitempty"`
@@ -47,10 +50,16 @@ type Row struct {
 	Clients  int    `json:"clients,omitempty"`
 	Size     int    `json:"size,omitempty"` // objects listed, watchers, or keys stored
 	// Unit is what one op is in this row.
-	Unit    string             `json:"unit"`
-	Results map[string]*Result `json:"results"`
-	// Ratio is Axon's figure over etcd's, when both ran; 0 where undefined.
-	Ratio *Ratio `json:"ratio_axon_etcd,omitempty"`
+	Unit string `json:"unit"`
+	// Runs holds every run's result per system, in run order; Results
+	// the run with the median ops/s.
+	Runs    map[string][]*Result `json:"runs"`
+	Results map[string]*Result   `json:"results"`
+	// Ratio is Axon's figure over etcd's, when both ran: the median of
+	// the runs' ratios (run i of Axon over run i of etcd); 0 where
+	// undefined. Spread is the lowest and highest of them.
+	Ratio  *Ratio `json:"ratio_axon_etcd,omitempty"`
+	Spread *[2]Ratio `json:"ratio_spread,omitempty"`
 }
 
 // Ratio holds Axon/etcd ratios of a row.
@@ -71,6 +80,16 @@ type Report struct {
 	Options   Options   `json:"options"`
 	Systems   []string  `json:"systems"`
 	Rows      []*Row    `json:"rows"`
+	// Fsync is the work dir's disk measured before the run: 4 KiB
+	// written and fdatasync'ed, as a WAL commit does.
+	Fsync FsyncLatency `json:"fsync"`
+}
+
+// FsyncLatency is the latency of one small synchronous write.
+type FsyncLatency struct {
+	Samples int     `json:"samples"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
 }
 
 func (rep *Report) row(name, workload string, clients, size int, unit string) *Row {
@@ -79,28 +98,66 @@ func (rep *Report) row(name, workload string, clients, size int, unit string) *R
 			return r
 		}
 	}
-	r := &Row{Name: name, Workload: workload, Clients: clients, Size: size, Unit: unit, Results: map[string]*Result{}}
+	r := &Row{Name: name, Workload: workload, Clients: clients, Size: size, Unit: unit, Runs: map[string][]*Result{}, Results: map[string]*Result{}}
 	rep.Rows = append(rep.Rows, r)
 	return r
 }
 
-// finish drops rows a failed or interrupted run left empty and computes
-// the ratios.
+// finish drops rows a failed or interrupted run left empty, picks each
+// system's median run and computes the ratios and their spread.
 func (rep *Report) finish() {
-	rep.Rows = slices.DeleteFunc(rep.Rows, func(r *Row) bool { return len(r.Results) == 0 })
+	rep.Rows = slices.DeleteFunc(rep.Rows, func(r *Row) bool { return len(r.Runs) == 0 })
 	for _, r := range rep.Rows {
-		a, e := r.Results["axon"], r.Results["etcd"]
-		if a == nil || e == nil {
+		for s, runs := range r.Runs {
+			r.Results[s] = medianRun(runs)
+		}
+		as, es := r.Runs["axon"], r.Runs["etcd"]
+		n := min(len(as), len(es))
+		if n == 0 {
 			continue
 		}
-		r.Ratio = &Ratio{
-			OpsPerSec:          div(a.OpsPerSec, e.OpsPerSec),
-			P50:                div(a.P50Ms, e.P50Ms),
-			P99:                div(a.P99Ms, e.P99Ms),
-			OpsPerServerCPUSec: div(a.OpsPerServerCPUSec, e.OpsPerServerCPUSec),
-			ServerPeakRSS:      div(float64(a.ServerPeakRSSBytes), float64(e.ServerPeakRSSBytes)),
+		per := make([]Ratio, n)
+		for i := range n {
+			per[i] = ratio(as[i], es[i])
+		}
+		field := func(f func(Ratio) float64) (med, lo, hi float64) {
+			vs := make([]float64, n)
+			for i, q := range per {
+				vs[i] = f(q)
+			}
+			slices.Sort(vs)
+			return vs[(n-1)/2], vs[0], vs[n-1]
+		}
+		var med, lo, hi Ratio
+		med.OpsPerSec, lo.OpsPerSec, hi.OpsPerSec = field(func(q Ratio) float64 { return q.OpsPerSec })
+		med.P50, lo.P50, hi.P50 = field(func(q Ratio) float64 { return q.P50 })
+		med.P99, lo.P99, hi.P99 = field(func(q Ratio) float64 { return q.P99 })
+		med.OpsPerServerCPUSec, lo.OpsPerServerCPUSec, hi.OpsPerServerCPUSec = field(func(q Ratio) float64 { return q.OpsPerServerCPUSec })
+		med.ServerPeakRSS, lo.ServerPeakRSS, hi.ServerPeakRSS = field(func(q Ratio) float64 { return q.ServerPeakRSS })
+		r.Ratio = &med
+		if n > 1 {
+			r.Spread = &[2]Ratio{lo, hi}
 		}
 	}
+}
+
+// ratio is a's figures over e's.
+func ratio(a, e *Result) Ratio {
+	return Ratio{
+		OpsPerSec:          div(a.OpsPerSec, e.OpsPerSec),
+		P50:                div(a.P50Ms, e.P50Ms),
+		P99:                div(a.P99Ms, e.P99Ms),
+		OpsPerServerCPUSec: div(a.OpsPerServerCPUSec, e.OpsPerServerCPUSec),
+		ServerPeakRSS:      div(float64(a.ServerPeakRSSBytes), float64(e.ServerPeakRSSBytes)),
+	}
+}
+
+// medianRun is the run with the median ops/s (the lower middle one of an
+// even count).
+func medianRun(runs []*Result) *Result {
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(a, b *Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
+	return sorted[(len(sorted)-1)/2]
 }
 
 func div(a, b float64) float64 {
@@ -135,6 +192,9 @@ func (u usage) finish(r *Result) error {
 	}
 	rss, err := procPeakRSS(u.pid)
 	if err != nil {
+		return err
+	}
+	if r.ServerRSSBytes, err = procRSS(u.pid); err != nil {
 		return err
 	}
 	r.Seconds = elapsed.Seconds()

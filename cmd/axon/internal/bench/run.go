@@ -59,16 +59,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	log.Info("bench", "work-dir", work, "tls", o.TLS, "systems", o.Systems, "workloads", o.Workloads, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
-	for _, name := range o.Systems {
-		r := &runner{o: o, sys: systems[name], log: log.With("system", name), rep: rep,
-			dir: filepath.Join(work, name), loaded: map[int]*server{}, tls: tf}
-		err := r.run(ctx)
-		if cerr := r.cleanup(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return done(fmt.Errorf("%s: %w", name, err))
+	fs, err := measureFsync(work, 200)
+	if err != nil {
+		return nil, err
+	}
+	rep.Fsync = fs
+	log.Info("bench", "work-dir", work, "fsync-p50", fmtMs(fs.P50Ms), "fsync-p99", fmtMs(fs.P99Ms), "tls", o.TLS, "systems", o.Systems, "runs", o.Runs,
+		"workloads", o.Workloads, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
+	for run := range max(o.Runs, 1) {
+		for _, name := range o.Systems {
+			r := &runner{o: o, sys: systems[name], log: log.With("system", name, "run", run+1), rep: rep,
+				dir: filepath.Join(work, fmt.Sprintf("%s-%d", name, run+1)), loaded: map[int]*server{}, tls: tf}
+			err := r.run(ctx)
+			if cerr := r.cleanup(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return done(fmt.Errorf("%s, run %d: %w", name, run+1, err))
+			}
 		}
 	}
 	return done(nil)
@@ -244,7 +252,7 @@ func (r *runner) onMain(ctx context.Context, s *server, clis []*clientv3.Client)
 }
 
 func (r *runner) record(row *Row, res *Result) {
-	row.Results[r.sys.name] = res
+	row.Runs[r.sys.name] = append(row.Runs[r.sys.name], res)
 	args := []any{"ops", res.Ops, "ops/s", round(res.OpsPerSec), "p50", fmtMs(res.P50Ms), "p99", fmtMs(res.P99Ms),
 		"server-cpu-s", round(res.ServerCPUSec), "client-cpu-s", round(res.ClientCPUSec)}
 	if res.AttemptsPerOp > 0 {
