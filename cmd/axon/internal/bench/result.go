@@ -58,7 +58,7 @@ type Row struct {
 	// Ratio is Axon's figure over etcd's, when both ran: the median of
 	// the runs' ratios (run i of Axon over run i of etcd); 0 where
 	// undefined. Spread is the lowest and highest of them.
-	Ratio  *Ratio `json:"ratio_axon_etcd,omitempty"`
+	Ratio  *Ratio    `json:"ratio_axon_etcd,omitempty"`
 	Spread *[2]Ratio `json:"ratio_spread,omitempty"`
 }
 
