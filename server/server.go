@@ -127,6 +127,7 @@ type Server struct {
 
 	metrics   *metrics
 	admission *admission
+	jobs      chan func() // work items for idle exec workers
 	compact   *compactor
 	space     *space
 	peers     *peers
@@ -192,6 +193,11 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
+	s.jobs = make(chan func())
+	s.work.Add(execWorkers)
+	for range execWorkers {
+		go s.execWorker()
+	}
 	s.work.Add(2)
 	go s.tick(cfg.TickInterval)
 	go s.announce()
@@ -296,10 +302,34 @@ type executor struct{ s *Server }
 func (e executor) Exec(d *driver.Driver, w *core.Work) {
 	s := e.s
 	s.work.Add(1)
-	go func() {
+	job := func() {
 		defer s.work.Done()
 		d.Done(w, s.run(w))
-	}()
+	}
+	select {
+	case s.jobs <- job: // an idle worker takes it
+	default:
+		go job()
+	}
+}
+
+// execWorkers is how many goroutines wait for work items. Reused, their
+// stacks stay grown, where a goroutine per item grows (copies) its stack
+// in the engine's read path every time; past them an item gets a
+// goroutine of its own.
+const execWorkers = 256
+
+// execWorker runs work items until the server closes.
+func (s *Server) execWorker() {
+	defer s.work.Done()
+	for {
+		select {
+		case job := <-s.jobs:
+			job()
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // run executes one work item.

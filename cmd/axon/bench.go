@@ -68,6 +68,7 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	fl.StringVar(&o.WorkDir, "work-dir", "", "where data dirs and server logs go (default: a temp dir, removed unless --keep)")
 	fl.BoolVar(&o.Keep, "keep", false, "keep data dirs and server logs")
 	fl.StringVar(&o.CPUProfileDir, "cpuprofile", "", "write a CPU profile of the Axon server per write workload to this dir")
+	fl.StringArrayVar(&o.AxonFlags, "axon-flag", nil, "a flag to add to every axon serve, e.g. --axon-flag=--memory-budget-bytes=268435456 (repeatable)")
 	fl.BoolVar(&o.TLS, "tls", false, "serve both systems' clients over TLS (a self-signed certificate made for the run)")
 	fl.BoolVar(&f.quick, "quick", false, "a smoke configuration of seconds (flags given explicitly still apply)")
 	fl.StringVar(&f.scale, "scale", "", "1m: add memory (peak RSS) and restart with one million keys")

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,7 @@ type serveFlags struct {
 	quota                                        server.Quota
 	maxStreams                                   uint32
 	maxInflight, maxPending                      int
+	memoryBudget                                 int64
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
 }
@@ -90,6 +92,7 @@ func serveCmd() *cobra.Command {
 	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
 	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
 	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
+	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: Badger's 64 MiB memtables, Go's default GC)")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
@@ -151,6 +154,11 @@ func serve(ctx context.Context, f serveFlags) error {
 	ac, err := autoCompaction(f.autoCompactionMode, f.autoCompactionRetention)
 	if err != nil {
 		return err
+	}
+	if f.memoryBudget > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		// The GC works harder near the budget instead of letting garbage
+		// double the heap.
+		debug.SetMemoryLimit(f.memoryBudget)
 	}
 	// The metrics listener comes up first so that /readyz answers 503
 	// while the engine opens and the node recovers.
@@ -339,7 +347,7 @@ func listenAll(urls []string, cfg *tls.Config) ([]net.Listener, error) {
 func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.Engine, bool, error) {
 	switch f.store {
 	case "badger":
-		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log})
+		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log, MemoryBudget: f.memoryBudget})
 		if err != nil {
 			return nil, false, fmt.Errorf("open %s: %w", f.dataDir, err)
 		}

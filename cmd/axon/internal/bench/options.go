@@ -76,6 +76,9 @@ type Options struct {
 	// made for the run) and has the clients dial them so.
 	TLS bool
 
+	// AxonFlags are added to every `axon serve` the run starts.
+	AxonFlags []string
+
 	// Log receives progress lines; nil discards them.
 	Log *slog.Logger `json:"-"`
 }

@@ -35,7 +35,7 @@ var systems = map[string]system{
 		if s.pprof {
 			a = append(a, "--enable-pprof")
 		}
-		return a
+		return append(a, s.extra...)
 	}},
 	"etcd": {name: "etcd", args: func(s *server) []string {
 		a := []string{"etcd-reference", "--data-dir", s.dir,
@@ -53,6 +53,7 @@ type server struct {
 	client, peer, metrics string
 	pprof                 bool
 	tls                   *tlsFiles // nil: plaintext
+	extra                 []string  // more flags of axon serve
 
 	cmd    *exec.Cmd
 	logf   *os.File
