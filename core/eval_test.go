@@ -228,35 +228,6 @@ func rangeOp(key, end string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end)}}}
 }
 
-func TestResponsesAreReleasedInRevisionOrder(t *testing.T) {
-	s := newScene(t, core.Config{})
-	s.propose(1, putOp("a", "1"))
-	s.propose(2, putOp("b", "2"))
-	s.propose(3, putOp("c", "3"))
-	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r3 req3 put "c"="3"`)
-	if s.node.InFlight() != 3 {
-		t.Fatalf("InFlight = %d, want 3", s.node.InFlight())
-	}
-	s.runRev(3)
-	s.expect()
-	s.runRev(2)
-	s.expect()
-	s.runRev(1)
-	s.expect("resp req1 r1", "resp req2 r2", "resp req3 r3")
-	if s.node.Committed() != 3 || s.node.InFlight() != 0 {
-		t.Fatalf("C=%d inflight=%d, want 3 and 0", s.node.Committed(), s.node.InFlight())
-	}
-	for _, r := range s.resps {
-		if got := r.Response.GetResponsePut().GetHeader().GetRevision(); got != r.Rev {
-			t.Fatalf("req%d: header revision %d, want its own revision %d", r.ID, got, r.Rev)
-		}
-	}
-	got, err := s.rangeAt(&pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("\x00")})
-	if err != nil || kvs(got.Kvs) != "a=1@1/1/v1 b=2@2/2/v1 c=3@3/3/v1" || got.Header.Revision != 3 {
-		t.Fatalf("range all: %v, %v", got, err)
-	}
-}
-
 func TestTxn(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -409,67 +380,6 @@ func TestAnswersThatTookNoRevision(t *testing.T) {
 	}
 }
 
-// TestAnswerThatWroteNothingWaitsForC: a request that changes nothing is
-// answered at the newest revision dealt when it is reported, so its
-// header covers every write dealt before it; it is released only once C
-// reaches that revision, or a client could read below its own header.
-func TestAnswerThatWroteNothingWaitsForC(t *testing.T) {
-	s := newScene(t, core.Config{})
-	s.propose(1, putOp("a", "1"))
-	s.settle()
-	s.out = nil
-	s.propose(2, putOp("b", "2"))
-	s.propose(3, casOp("a", 7, "3"))
-	s.expect(`work r2 req2 put "b"="2"`, "work req3 txn cmp=1 then=1 else=1")
-	// The CAS fails: it takes no revision, but r2 was dealt before it.
-	s.runReq(3)
-	s.expect()
-	if s.node.Committed() != 1 || s.node.InFlight() != 2 {
-		t.Fatalf("C=%d inflight=%d, want r1 and the put plus the waiting answer", s.node.Committed(), s.node.InFlight())
-	}
-	s.runReq(2)
-	s.expect("resp req2 r2", "resp req3 at r2")
-	tr := s.resp(3).Response.GetResponseTxn()
-	if rr := tr.Responses[0].GetResponseRange(); tr.Succeeded || tr.Header.Revision != 2 || rr.Header.Revision != 2 || kvs(rr.Kvs) != "a=1@1/1/v1" {
-		t.Fatalf("failed CAS: %v", tr)
-	}
-	if s.node.Committed() != 2 {
-		t.Fatalf("C=%d, want r2", s.node.Committed())
-	}
-}
-
-// TestBatchAnswersAreReadBetweenItsWrites: in one batch on a key, a
-// request that writes nothing is answered at the revision below the next
-// request of the batch that was dealt: it saw the writes before it and
-// none after.
-func TestBatchAnswersAreReadBetweenItsWrites(t *testing.T) {
-	s := newScene(t, core.Config{})
-	s.propose(1, putOp("a", "1"))
-	s.propose(2, casOp("a", 7, "2"))
-	s.propose(3, putOp("a", "3"))
-	s.propose(4, casOp("a", 7, "4"))
-	s.expect(`work r1 req1 put "a"="1"`)
-	s.runReq(1)
-	s.expect("batch [work req2 txn cmp=1 then=1 else=1; work req3 put \"a\"=\"3\"; work req4 txn cmp=1 then=1 else=1]", "resp req1 r1")
-	s.runReq(2)
-	s.expect("resp req2 at r1", "resp req3 r2", "resp req4 at r2")
-	for _, c := range []struct {
-		id  core.RequestID
-		rev int64
-		a   string
-	}{{2, 1, "a=1@1/1/v1"}, {4, 2, "a=3@2/1/v2"}} {
-		r := s.resp(c.id)
-		tr := r.Response.GetResponseTxn()
-		rr := tr.Responses[0].GetResponseRange()
-		if r.Wrote || r.Rev != c.rev || tr.Succeeded || tr.Header.Revision != c.rev || rr.Header.Revision != c.rev || kvs(rr.Kvs) != c.a {
-			t.Fatalf("req%d: %s %v, want a failed compare reading %s at r%d", c.id, core.DescribeResponse(r), tr, c.a, c.rev)
-		}
-	}
-	if got := s.revisionRecords(); s.node.Committed() != 2 || !slices.Equal(got, []int64{1, 2}) {
-		t.Fatalf("C=%d revision records %v, want r2 and r1 r2", s.node.Committed(), got)
-	}
-}
-
 func TestUncertainCommitIsResolvedByAFence(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -557,30 +467,6 @@ func TestRetriesAreBounded(t *testing.T) {
 	// A report of work the node no longer tracks is ignored.
 	s.node.Done(&core.Work{Kind: core.WorkRequest, Rev: 2}, core.Result{Outcome: core.Committed})
 	s.expect()
-}
-
-func TestRangedDeleteWaitsForEarlierRevisions(t *testing.T) {
-	s := newScene(t, core.Config{})
-	s.propose(1, putOp("a", "1"))
-	s.propose(2, putOp("b", "2"))
-	s.propose(3, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("c"), PrevKv: true}}})
-	s.propose(4, putOp("c", "4"))
-	// The delete latches [a, c): it waits, undealt, for the puts of a and
-	// b; the put of c is outside and goes first.
-	s.expect(`work r1 req1 put "a"="1"`, `work r2 req2 put "b"="2"`, `work r3 req4 put "c"="4"`)
-	s.runRev(2)
-	s.runRev(3)
-	s.expect()
-	s.runRev(1)
-	// Serial, it goes out once r1..r3 are final; undealt, as a delete may
-	// find nothing. It finds a and b, so it is dealt the next revision.
-	s.expect(`work req3 delete "a".."c" serial`, "resp req1 r1", "resp req2 r2", "resp req4 r3")
-	s.runReq(3)
-	s.expect("resp req3 r4")
-	dr := s.resps[3].Response.GetResponseDeleteRange()
-	if dr.Deleted != 2 || kvs(dr.PrevKvs) != "a=1@1/1/v1 b=2@2/2/v1" {
-		t.Fatalf("delete response: %v", dr)
-	}
 }
 
 func TestReadsAtARevision(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
 )
@@ -43,6 +44,8 @@ import (
 //	ttl lease= at=             TimeToLive at that time
 //	run ... [id=]              run ... of that request (undealt work too)
 //	records                    the revisions that have a revision record
+//	answer id=                 the body of the answer to that request
+//	state                      the commit point C and the requests in flight
 func TestScenes(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenes", func(t *testing.T, path string) {
 		s := newScene(t, core.Config{RingSize: 4, SweepBatch: 2})
@@ -115,6 +118,10 @@ func (s *scene) command(d *datadriven.TestData) (string, bool) {
 			return "error: " + err.Error() + "\n", true
 		}
 		return fmt.Sprintf("granted=%d remaining=%v keys=%q\n", info.GrantedTTL, info.Remaining, info.Keys), true
+	case "answer":
+		return body(s.resp(rid).Response) + "\n", true
+	case "state":
+		return fmt.Sprintf("C=r%d inflight=%d\n", s.node.Committed(), s.node.InFlight()), true
 	case "records":
 		return fmt.Sprintf("%v\n", s.revisionRecords()), true
 	case "delete":
@@ -233,4 +240,28 @@ func durationArg(t *testing.T, d *datadriven.TestData, name string) time.Duratio
 		d.Fatalf(t, "%s=%s: %v", name, v, err)
 	}
 	return dur
+}
+
+// body describes a response's body: header revisions, the keys it read
+// or deleted (key=value@mod/create/version), and a txn's branch.
+func body(op *pb.ResponseOp) string {
+	switch r := op.GetResponse().(type) {
+	case *pb.ResponseOp_ResponsePut:
+		out := fmt.Sprintf("put hdr=r%d", r.ResponsePut.Header.GetRevision())
+		if prev := r.ResponsePut.PrevKv; prev != nil {
+			out += " prev " + kvs([]*mvccpb.KeyValue{prev})
+		}
+		return out
+	case *pb.ResponseOp_ResponseRange:
+		return fmt.Sprintf("range hdr=r%d count=%d [%s]", r.ResponseRange.Header.GetRevision(), r.ResponseRange.Count, kvs(r.ResponseRange.Kvs))
+	case *pb.ResponseOp_ResponseDeleteRange:
+		return fmt.Sprintf("delete hdr=r%d deleted=%d prev [%s]", r.ResponseDeleteRange.Header.GetRevision(), r.ResponseDeleteRange.Deleted, kvs(r.ResponseDeleteRange.PrevKvs))
+	case *pb.ResponseOp_ResponseTxn:
+		parts := make([]string, len(r.ResponseTxn.Responses))
+		for i, sub := range r.ResponseTxn.Responses {
+			parts[i] = body(sub)
+		}
+		return fmt.Sprintf("txn hdr=r%d succeeded=%v {%s}", r.ResponseTxn.Header.GetRevision(), r.ResponseTxn.Succeeded, strings.Join(parts, "; "))
+	}
+	return "none"
 }
