@@ -43,18 +43,16 @@ func (o *Outbox[M]) SlowReason() string {
 	return fmt.Sprintf("axon: watcher too slow: more than %d responses unsent", o.limit)
 }
 
-// Deliver queues the messages msg makes of the node's response wr, or,
-// when the stream is full, cancels wr's watch in n and queues slow(wr)
-// instead; it reports whether it cut the watch off (the caller forgets
-// the watch as it does a canceled one). Call it from the Watch hook so
-// that messages keep the node's order.
-func (o *Outbox[M]) Deliver(n *core.Node, wr core.WatchResponse, msg func(core.WatchResponse) []M, slow func(core.WatchResponse) M) (cut bool) {
-	if !wr.Canceled && !wr.Requested && o.Len() >= o.limit {
-		n.CancelWatch(wr.ID)
-		o.Push(slow(wr))
+// Admit says whether the node's response wr may be queued. When the
+// stream is full it may not: Admit cancels wr's watch in n, and the
+// caller queues the watch's cancellation with SlowReason in its place
+// and forgets the watch as it does a canceled one. Call it from the
+// Watch hook, so that messages keep the node's order.
+func (o *Outbox[M]) Admit(n *core.Node, wr core.WatchResponse) bool {
+	if wr.Canceled || wr.Requested || o.Len() < o.limit {
 		return true
 	}
-	o.Push(msg(wr)...)
+	n.CancelWatch(wr.ID)
 	return false
 }
 

@@ -45,30 +45,27 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	if !ok {
 		return
 	}
-	hdr := ws.s.header(n.Committed())
-	fragment := ws.fragment[wr.ID]
-	msg := func(wr core.WatchResponse) []*pb.WatchResponse {
-		r := &pb.WatchResponse{Header: hdr, WatchId: id, Events: wr.Events}
-		if wr.Requested {
-			// The answer to RequestProgress is the stream's, not a watch's.
-			r.Header, r.WatchId = ws.s.header(wr.Revision), -1
-		}
-		if wr.Canceled {
-			// As etcd: a watch canceled because its start revision was
-			// compacted says so by CompactRevision alone, with no reason.
-			r.Canceled, r.CompactRevision = true, wr.CompactRevision
-		}
-		if fragment && len(r.Events) > 1 {
-			return fragments(r, ws.s.cfg.MaxRequestBytes)
-		}
-		return []*pb.WatchResponse{r}
+	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
+	if !ws.out.Admit(n, wr) {
+		ws.forget(wr.ID)
+		ws.enqueue(&pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: ws.out.SlowReason()})
+		return
 	}
-	slow := func(core.WatchResponse) *pb.WatchResponse {
-		return &pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: ws.out.SlowReason()}
+	if wr.Requested {
+		// The answer to RequestProgress is the stream's, not a watch's.
+		r.Header, r.WatchId = ws.s.header(wr.Revision), -1
 	}
-	if ws.out.Deliver(n, wr, msg, slow) || wr.Canceled {
+	if wr.Canceled {
+		// As etcd: a watch canceled because its start revision was
+		// compacted says so by CompactRevision alone, with no reason.
+		r.Canceled, r.CompactRevision = true, wr.CompactRevision
 		ws.forget(wr.ID)
 	}
+	if ws.fragment[wr.ID] && len(r.Events) > 1 {
+		ws.out.Push(fragments(r, ws.s.cfg.MaxRequestBytes)...)
+		return
+	}
+	ws.enqueue(r)
 }
 
 // fragments splits a watch response larger than limit into parts of at

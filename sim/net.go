@@ -164,16 +164,15 @@ func (n *node) deliverWatch(nd *core.Node, wr core.WatchResponse) {
 		n.w.after(0, "watch-broken", func() { sub.c.watchBroken(sub.cw) })
 		return
 	}
-	one := func(wr core.WatchResponse) []core.WatchResponse { return []core.WatchResponse{wr} }
-	slow := func(wr core.WatchResponse) core.WatchResponse {
-		return core.WatchResponse{ID: wr.ID, Canceled: true, Revision: wr.Revision}
-	}
-	if sub.out.Deliver(nd, wr, one, slow) {
-		n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, sub.c.idx, sub.cw.lastRev, sub.out.Len()-1)
+	switch {
+	case !sub.out.Admit(nd, wr):
+		n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, sub.c.idx, sub.cw.lastRev, sub.out.Len())
 		delete(n.subs, wr.ID)
-	} else if wr.Canceled {
+		wr = core.WatchResponse{ID: wr.ID, Canceled: true, Revision: wr.Revision}
+	case wr.Canceled:
 		delete(n.subs, wr.ID)
 	}
+	sub.out.Push(wr)
 	n.flush(sub)
 }
 
