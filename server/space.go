@@ -3,13 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/fsutil"
 )
 
 // DefaultQuotaBytes is etcd's default --quota-backend-bytes.
@@ -55,7 +54,7 @@ type space struct {
 func (sp *space) used() (int64, error) {
 	switch {
 	case sp.q.Dir != "":
-		return diskUsage(sp.q.Dir)
+		return fsutil.DiskUsage(sp.q.Dir)
 	case sp.size != nil:
 		return sp.size(), nil
 	}
@@ -95,28 +94,6 @@ func (sp *space) exceeded() (string, error) {
 		return fmt.Sprintf("%d bytes free on the data directory's filesystem, floor %d", free, floor), nil
 	}
 	return "", nil
-}
-
-// diskUsage is the space the files under dir take on disk (allocated
-// blocks: Badger's mmapped files are sparse).
-func diskUsage(dir string) (int64, error) {
-	var used int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // removed meanwhile (a compaction)
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			used += st.Blocks * 512
-		} else {
-			used += info.Size()
-		}
-		return nil
-	})
-	return used, err
 }
 
 // checkSpace raises NOSPACE on the leader when the data passed its quota

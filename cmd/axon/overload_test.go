@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,20 @@ func resetPeak(t *testing.T, pid int) {
 	}
 }
 
+// serveBinary builds axon and serves a new data dir with flags added,
+// killed at cleanup; ctx bounds the test at five minutes.
+func serveBinary(t *testing.T, flags ...string) (*exec.Cmd, *clientv3.Client, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	cmd, cli := startServe(t, buildAxon(t), t.TempDir(), flags...)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return cmd, cli, ctx
+}
+
 // dial opens n more clients to the server cli talks to.
 func dial(t *testing.T, cli *clientv3.Client, n int) []*clientv3.Client {
 	t.Helper()
@@ -83,14 +98,7 @@ const (
 // out; Status answers throughout; the server's peak RSS stays under
 // overloadRSSBound.
 func TestOverloadIsRefusedNotQueued(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildAxon(t)
-	cmd, cli := startServe(t, bin, t.TempDir(), "--max-inflight-requests", "64", "--max-pending-writes", "128", "--max-concurrent-streams", "64")
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cmd, cli, ctx := serveBinary(t, "--max-inflight-requests", "64", "--max-pending-writes", "128", "--max-concurrent-streams", "64")
 	if _, err := cli.Put(ctx, "/hot", "0"); err != nil {
 		t.Fatal(err)
 	}
@@ -207,14 +215,7 @@ func TestOverloadIsRefusedNotQueued(t *testing.T) {
 // key: every watcher gets its event, and the server's peak RSS stays
 // under floodRSSBound.
 func TestWatchFloodStaysBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildAxon(t)
-	cmd, cli := startServe(t, bin, t.TempDir())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	cmd, cli, ctx := serveBinary(t)
 	_, before := memory(t, cmd.Process.Pid)
 	one := dial(t, cli, 1)[0]
 	many := dial(t, cli, 1000)
@@ -265,14 +266,7 @@ func TestWatchFloodStaysBounded(t *testing.T) {
 // list of a big resource does: all come back, and the server's peak RSS
 // during the list stays under listRSSBound.
 func TestListOf100kStaysBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildAxon(t)
-	cmd, cli := startServe(t, bin, t.TempDir())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	cmd, cli, ctx := serveBinary(t)
 	value := strings.Repeat("o", 1024)
 	const n = 100000
 	for i := 0; i < n; i += 128 {

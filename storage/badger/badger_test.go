@@ -5,18 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	bdb "github.com/dgraph-io/badger/v4"
 
+	"github.com/axon-kv/axon/internal/fsutil"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/storagetest"
 )
@@ -409,21 +407,10 @@ func TestDefragGivesBackSpace(t *testing.T) {
 	}
 }
 
-// diskUsage is the space the files under dir take (allocated blocks).
+// diskUsage is fsutil.DiskUsage, failing the test on an error.
 func diskUsage(t *testing.T, dir string) int64 {
 	t.Helper()
-	var used int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		used += info.Sys().(*syscall.Stat_t).Blocks * 512
-		return nil
-	})
+	used, err := fsutil.DiskUsage(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
