@@ -127,10 +127,10 @@ func (p *peers) nudge(addr string) {
 	_ = cc.Invoke(ctx, nudgePath, &pb.StatusRequest{}, &pb.ResponseHeader{})
 }
 
-// forwarded reports whether a call came from another instance.
+// forwarded reports whether a call came from another instance. It reads
+// the one key: FromIncomingContext would copy every header of every call.
 func forwarded(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(forwardedKey)) > 0
+	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
 }
 
 // forwardContext marks an outgoing call as forwarded.
