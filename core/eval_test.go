@@ -203,12 +203,19 @@ func (s *scene) settle() {
 // rangeAt runs core.Range against a fresh snapshot at the node's C.
 func (s *scene) rangeAt(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s.t.Helper()
+	return s.rangeFrom(req, s.node.Committed())
+}
+
+// rangeFrom is rangeAt with the commit point a reader knows, which may
+// be older than the node's (a follower's).
+func (s *scene) rangeFrom(req *pb.RangeRequest, committed int64) (*pb.RangeResponse, error) {
+	s.t.Helper()
 	txn, err := s.eng.Begin(s.ctx)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer txn.Rollback()
-	return core.Range(storage.NewReader(txn), req, s.node.Committed(), s.node.Compacted())
+	return core.Range(storage.NewReader(txn), req, committed, s.node.Compacted())
 }
 
 // kvs renders key-values as k=v@mod/create/version.

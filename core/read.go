@@ -275,7 +275,7 @@ func checkRevision(rev, committed, compacted int64) (int64, error) {
 
 // Range evaluates a Range request against a snapshot that holds every
 // write up to committed. It is pure and safe to run outside the node's
-// lock. The header revision is committed.
+// lock. The header revision is committed, or compacted if that is newer.
 func Range(rd Reader, req *pb.RangeRequest, committed, compacted int64) (*pb.RangeResponse, error) {
 	return RangeCounted(rd, req, committed, compacted, nil)
 }
@@ -286,6 +286,11 @@ func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, c
 	if err := ValidateRange(req); err != nil {
 		return nil, err
 	}
+	// A follower's commit point (a read index, or what it last learned)
+	// may be older than a compaction its snapshot already holds: the
+	// history at that point may be swept, so it reads at the compact
+	// revision instead, final and committed before the snapshot began.
+	committed = max(committed, compacted)
 	rev, err := checkRevision(req.Revision, committed, compacted)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,8 @@ import (
 //	                           reports it without touching the engine,
 //	                           uncertain commits it and reports uncertain
 //	settle                     run all work until none is left
-//	read key= [end=] [rev=]    a range at C
+//	read key= [end=] [rev=] [at=]  a range at C (at=: at an older
+//	                           commit point, as a follower's may be)
 //	tick at=                   the node's clock is at (a duration)
 //	grant id= [lease=] ttl=    grant (lease 0: the node picks the ID)
 //	revoke id= lease=          revoke
@@ -169,8 +170,10 @@ func (s *scene) command(d *datadriven.TestData) (string, bool) {
 		s.collect()
 	case "read":
 		var end string
+		at := s.node.Committed()
 		arg("end", &end)
-		resp, err := s.rangeAt(&pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end), Revision: rev})
+		arg("at", &at)
+		resp, err := s.rangeFrom(&pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end), Revision: rev}, at)
 		if err != nil {
 			return "error: " + err.Error() + "\n", true
 		}
