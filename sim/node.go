@@ -427,6 +427,15 @@ func (n *node) rangeRead(c *call, done func(answer, error)) {
 			done(answer{}, err)
 			return
 		}
+		if n.w.chance(n.w.plan.SlowReadShare) {
+			// A read that stalls between its read index and its
+			// snapshot (a GC pause, a busy engine): writes, compactions
+			// and sweeps pass its point meanwhile.
+			d := n.w.between(50*time.Millisecond, time.Second)
+			n.w.fault("slow-read", "%s reads at r%d after %v", n.name, rev, d)
+			n.on(d, "slow read", func() { n.read(c, rev, -1, done) })
+			return
+		}
 		n.read(c, rev, -1, done)
 	})
 }

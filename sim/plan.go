@@ -91,6 +91,9 @@ type Plan struct {
 	// responses (0: the driver's default) before its watcher is cut off.
 	StallEvery time.Duration
 	WatchQueue int
+	// SlowReadShare of a follower's reads stall between the read index
+	// and the snapshot.
+	SlowReadShare float64
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -173,6 +176,9 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.3) {
 		p.StallEvery = w.between(time.Second, 5*time.Second)
 		p.WatchQueue = 2 + w.rng.IntN(14)
+	}
+	if w.chance(0.4) {
+		p.SlowReadShare = 0.05 + 0.25*w.rng.Float64()
 	}
 }
 
