@@ -15,6 +15,11 @@ const MetaNoSpace = "alarm-nospace"
 // comes as a Response to id once the alarm is stored (id 0: the driver's
 // own). Alarm changes are stored one at a time, in the order asked.
 func (n *Node) SetNoSpace(id RequestID, on bool) {
+	if n.draining {
+		// Handing over: the successor stores it.
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrNotLeader})
+		return
+	}
 	w := &Work{Kind: WorkAlarm, ID: id, Raise: on, Term: n.cfg.Term}
 	if n.alarming {
 		n.alarms = append(n.alarms, w)

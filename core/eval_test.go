@@ -1240,3 +1240,47 @@ func TestUncertainHandoverStopsReads(t *testing.T) {
 		t.Fatalf("not stepped down: %s", core.DescribeMember(a.m))
 	}
 }
+
+// TestHandoverWaitsForACompaction: the successor recovers as soon as the
+// handover lands, so a compaction still being stored must land first —
+// stored after the successor's recovery, it would leave the successor
+// reading history the sweep takes and acknowledging compactions below
+// it. While handing over, a new compaction is refused as not leader.
+func TestHandoverWaitsForACompaction(t *testing.T) {
+	eng := memkv.New()
+	cfg := core.MemberConfig{ID: "n1", Addr: "h1", Lease: 3 * time.Second, EngineDeadline: time.Second}
+	a := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
+	a.step(0)
+	a.step(0)
+	a.out = nil
+	n := a.m.Node()
+	n.Compact(1, n.Committed())
+	rd := a.m.Ready()
+	if len(rd.Work) != 1 || rd.Work[0].Kind != core.WorkCompact {
+		t.Fatalf("want the compaction's work, got %d work", len(rd.Work))
+	}
+	compact := rd.Work[0]
+	if err := a.m.Transfer("n2", "h2"); err != nil {
+		t.Fatal(err)
+	}
+	n.Compact(2, n.Committed())
+	a.m.Tick(100 * time.Millisecond)
+	rd = a.m.Ready()
+	if len(rd.Work) != 0 {
+		t.Fatalf("handed over with a compaction in flight: %s", core.DescribeWork(rd.Work[0]))
+	}
+	if len(rd.Responses) != 1 || rd.Responses[0].ID != 2 || !errors.Is(rd.Responses[0].Err, core.ErrNotLeader) {
+		t.Fatalf("a compaction asked while handing over: %v, want not leader", rd.Responses)
+	}
+	eff, out, _ := exec.Run(a.ctx, eng, compact, a.m)
+	a.m.Done(compact, core.Result{Effects: eff, Outcome: out})
+	a.m.Tick(200 * time.Millisecond)
+	rd = a.m.Ready()
+	var elect bool
+	for _, w := range rd.Work {
+		elect = elect || w.Kind == core.WorkElect
+	}
+	if !elect {
+		t.Fatalf("no handover once the compaction was stored: %d work", len(rd.Work))
+	}
+}

@@ -285,7 +285,7 @@ func (m *Member) Tick(now time.Duration) {
 			return
 		}
 		if m.transferTo != nil {
-			if m.node.InFlight() == 0 {
+			if m.node.Drained() {
 				next := *m.transferTo
 				next.Term, next.Transfer = m.term+1, true
 				next.Deadline = now + m.cfg.Lease
@@ -336,8 +336,9 @@ func (m *Member) Refresh() {
 	}
 }
 
-// Transfer hands leadership to another member once in-flight revisions
-// drain; new writes are refused meanwhile. The successor starts without
+// Transfer hands leadership to another member once what its node handed
+// out drains (Node.Drained); new writes and compactions are refused
+// meanwhile. The successor starts without
 // waiting the lease out.
 func (m *Member) Transfer(to, addr string) error {
 	if m.role != Leader {

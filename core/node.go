@@ -327,9 +327,23 @@ func (n *Node) Committed() int64 { return n.committed }
 // Compacted returns the compact revision.
 func (n *Node) Compacted() int64 { return n.compacted }
 
+// Compacting is the highest compact revision asked for: above Compacted
+// while a compaction is being stored.
+func (n *Node) Compacting() int64 { return max(n.compacting, n.compacted) }
+
 // InFlight returns how many dealt revisions are above C, plus the work
 // out undealt and the answers waiting for C.
 func (n *Node) InFlight() int { return len(n.slots) + len(n.out) + len(n.answers) }
+
+// Drained reports that nothing this node handed out can still change the
+// engine's records: no request in flight and no compaction or alarm being
+// stored. A handover waits for it: the successor recovers at once, and a
+// compact revision stored after its recovery would leave it believing
+// history it cannot read is still there. (Sweep batches may still run:
+// they only delete what a stored compaction already made unreachable.)
+func (n *Node) Drained() bool {
+	return n.InFlight() == 0 && n.compacting <= n.compacted && !n.alarming
+}
 
 // Config returns the node's effective configuration.
 func (n *Node) Config() Config { return n.cfg }
@@ -823,6 +837,9 @@ func (n *Node) releaseHeld() {
 // Response to id once the compact revision is stored.
 func (n *Node) Compact(id RequestID, rev int64) {
 	switch {
+	case n.draining:
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrNotLeader})
+		return
 	case rev > n.committed:
 		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrFutureRev})
 		return

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -75,6 +76,7 @@ func (n *node) start() {
 				if err := nd.Invariants(); err != nil && n.w.violation == nil {
 					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
 				}
+				n.checkCompacted(nd)
 			}
 		},
 		Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
@@ -186,6 +188,14 @@ func (n *node) runWork(wk *core.Work) {
 		return
 	}
 	mtx := txn.(*memkv.Txn)
+	var slow time.Duration
+	if wk.Kind == core.WorkCompact && n.w.transferOnCompact {
+		// The deferred transfer fault: hand over while this compaction
+		// is being stored, and slowly (within the engine deadline).
+		n.w.transferOnCompact = false
+		slow = n.w.between(0, engineDeadline/2-n.w.plan.EngineLatency)
+		n.w.after(0, "transfer", n.transferAway)
+	}
 	switch wk.Kind {
 	case core.WorkCatchUp:
 		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
@@ -216,7 +226,7 @@ func (n *node) runWork(wk *core.Work) {
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
 		return
 	}
-	n.on(mtx.Delay(), "commit", func() {
+	n.on(mtx.Delay()+slow, "commit", func() {
 		if n.clock()-began > engineDeadline/2 {
 			txn.Rollback()
 			n.finish(wk, eff, core.NotApplied, fmt.Errorf("engine deadline passed"))
@@ -269,7 +279,7 @@ func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
 }
 
 func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
-	if wk.Kind == core.WorkRequest || wk.Kind == core.WorkBatch || wk.Kind == core.WorkFence || wk.Kind == core.WorkElect {
+	if wk.Kind != core.WorkSweep {
 		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), out, errText(err))
 	}
 	n.drv.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
@@ -280,6 +290,14 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// transferAway hands the lead to another node, if it is up.
+func (n *node) transferAway() {
+	to := n.w.nodes[(n.idx+1+n.w.rng.IntN(len(n.w.nodes)-1))%len(n.w.nodes)]
+	if to.up {
+		n.transfer(to)
+	}
 }
 
 // transfer hands the lead to node to through the driver, as the server's
@@ -413,6 +431,20 @@ func (n *node) readPoint() (rev, compacted int64, ok bool) {
 		n.w.violation = fmt.Errorf("%s serves reads at r%d in term %d, but the election record is %+v", n.id(), rev, n.member.Term(), rec)
 	}
 	return rev, compacted, ok
+}
+
+// checkCompacted holds a leading node's compact revision against the
+// truth: the engine's stored one may be ahead only by a compaction this
+// node is storing. Ahead by more, another leader's compaction landed after
+// this one recovered, and it serves history the sweep has taken.
+func (n *node) checkCompacted(nd *core.Node) {
+	v, found := n.w.eng.Peek(core.MetaKey(core.MetaCompact))
+	if !found || len(v) != 8 || n.w.violation != nil {
+		return
+	}
+	if stored := int64(binary.BigEndian.Uint64(v)); stored > max(nd.Compacted(), nd.Compacting()) {
+		n.w.violation = fmt.Errorf("%s leads with compact revision r%d (storing r%d), but the engine holds r%d", n.id(), nd.Compacted(), nd.Compacting(), stored)
+	}
 }
 
 // rangeRead serves a range at this node's read point if it serves reads,

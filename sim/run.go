@@ -171,12 +171,13 @@ func (w *World) scheduleFaults() {
 		w.after(d, "unpartition", func() { n.isolated = false })
 	})
 	w.repeat(p.TransferEvery, "transfer", func() {
+		if w.chance(0.5) {
+			w.transferOnCompact = true
+			return
+		}
 		for _, n := range w.nodes {
 			if n.up && n.member.Role() == core.Leader {
-				to := w.nodes[(n.idx+1+w.rng.IntN(len(w.nodes)-1))%len(w.nodes)]
-				if to.up {
-					n.transfer(to)
-				}
+				n.transferAway()
 				return
 			}
 		}

@@ -55,6 +55,9 @@ type World struct {
 	faults  map[string]int
 	healed  bool
 	stopped bool
+	// transferOnCompact defers a transfer fault to the moment the leader
+	// next starts storing a compaction, the race a handover must wait out.
+	transferOnCompact bool
 	// violation is the first invariant broken inside a node.
 	violation error
 	expiries  []expiry
