@@ -1201,17 +1201,24 @@ func TestUndealtWorkSeesAnotherLeadersWriteAsLate(t *testing.T) {
 	}
 }
 
+// newLeader is member n1 leading over a new engine, its outputs cleared.
+func newLeader(t *testing.T) *member {
+	t.Helper()
+	cfg := core.MemberConfig{ID: "n1", Addr: "h1", Lease: 3 * time.Second, EngineDeadline: time.Second}
+	a := &member{t: t, ctx: context.Background(), eng: memkv.New(), m: core.NewMember(cfg)}
+	a.step(0)
+	a.step(0)
+	a.out = nil
+	return a
+}
+
 // TestUncertainHandoverStopsReads: a handover whose record write comes
 // back uncertain may have landed, and the successor may already
 // acknowledge writes; the old leader must not serve reads again until it
 // knows (it steps down either way).
 func TestUncertainHandoverStopsReads(t *testing.T) {
-	eng := memkv.New()
-	cfg := core.MemberConfig{ID: "n1", Addr: "h1", Lease: 3 * time.Second, EngineDeadline: time.Second}
-	a := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
-	a.step(0)
-	a.step(0)
-	a.out = nil
+	a := newLeader(t)
+	eng := a.eng
 	if !a.m.Serving() {
 		t.Fatalf("a leader does not serve: %s", core.DescribeMember(a.m))
 	}
@@ -1247,12 +1254,8 @@ func TestUncertainHandoverStopsReads(t *testing.T) {
 // reading history the sweep takes and acknowledging compactions below
 // it. While handing over, a new compaction is refused as not leader.
 func TestHandoverWaitsForACompaction(t *testing.T) {
-	eng := memkv.New()
-	cfg := core.MemberConfig{ID: "n1", Addr: "h1", Lease: 3 * time.Second, EngineDeadline: time.Second}
-	a := &member{t: t, ctx: context.Background(), eng: eng, m: core.NewMember(cfg)}
-	a.step(0)
-	a.step(0)
-	a.out = nil
+	a := newLeader(t)
+	eng := a.eng
 	n := a.m.Node()
 	n.Compact(1, n.Committed())
 	rd := a.m.Ready()
