@@ -18,6 +18,17 @@ func TestFaultClass(t *testing.T) {
 		{kind: kindFaultWrite, phase: "leader_faults: kill leader", detail: `patch configmaps/w-0107: rpc error: code = Unavailable desc = error reading from server: EOF`},
 		{kind: kindMetrics5xx, phase: "end", key: "verb=PATCH resource=configmaps code=500"},
 	}
+	// What Axon gave in a run of 2026-11-25: requests a leader held when a
+	// takeover after the kill cut it off.
+	for _, o := range []observation{
+		{kind: kindKlogError, phase: "leader_faults: after kill", detail: `E1125 11:05:50.391879   24596 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: rpctypes.EtcdError{code:0xe, desc:\"etcdserver: leader changed\"}: etcdserver: leader changed" logger="UnhandledError"`},
+		{kind: kindHTTP5xx, phase: "leader_faults: after kill", detail: `POST /api/v1/namespaces/kube-faults/configmaps: 500 : etcdserver: leader changed`},
+		{kind: kindFaultWrite, phase: "leader_faults: after kill", detail: `create configmaps/w-0120: etcdserver: leader changed`},
+	} {
+		if got := faultClass(o); got != o.kind+"\x00store request cut off by a killed member" {
+			t.Errorf("%s: class %q, want the cut-off class", o.kind, got)
+		}
+	}
 	for i, o := range axon {
 		got, want := faultClass(o), faultClass(etcd[i])
 		if got == "" || got != want {

@@ -347,7 +347,10 @@ var knownDivergences = map[string]string{}
 // ("request timed out"); a killed Axon instance's connection drops
 // (Unavailable, EOF). Both are the apiserver's 500 for a request whose
 // outcome is unknown.
-var storeCutOff = regexp.MustCompile(`request timed out|error reading from server|code = Unavailable|connection refused|transport is closing|connection reset`)
+// "leader changed" is etcd's ErrLeaderChanged, which Axon answers to the
+// requests a leader held when it lost the lead: in leader_faults, those a
+// takeover after the kill cut off.
+var storeCutOff = regexp.MustCompile(`request timed out|error reading from server|code = Unavailable|connection refused|transport is closing|connection reset|etcdserver: leader changed`)
 
 // faultClass is the class an observation falls in, or "": a 5xx whose
 // store request was cut off while a store member was killed is the same
