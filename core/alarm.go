@@ -17,7 +17,7 @@ const MetaNoSpace = "alarm-nospace"
 func (n *Node) SetNoSpace(id RequestID, on bool) {
 	if n.draining {
 		// Handing over: the successor stores it.
-		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrNotLeader})
+		n.respond(id, ErrNotLeader)
 		return
 	}
 	w := &Work{Kind: WorkAlarm, ID: id, Raise: on, Term: n.cfg.Term}

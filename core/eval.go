@@ -426,7 +426,7 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		err error
 	)
 	if r.Revision > 0 {
-		rev, err := checkRevision(r.Revision, tx.committed, tx.compacted)
+		rev, _, err := CheckRevision(r.Revision, tx.committed, tx.compacted)
 		if err != nil {
 			return nil, err
 		}

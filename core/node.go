@@ -838,13 +838,13 @@ func (n *Node) releaseHeld() {
 func (n *Node) Compact(id RequestID, rev int64) {
 	switch {
 	case n.draining:
-		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrNotLeader})
+		n.respond(id, ErrNotLeader)
 		return
 	case rev > n.committed:
-		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrFutureRev})
+		n.respond(id, ErrFutureRev)
 		return
-	case rev <= max(n.compacted, n.compacting):
-		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Err: ErrCompacted})
+	case rev <= n.Compacting():
+		n.respond(id, ErrCompacted)
 		return
 	}
 	n.compacting = rev

@@ -259,18 +259,24 @@ func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter) (*pb.Range
 	return resp, nil
 }
 
-// checkRevision validates a requested read revision against the commit
-// point and the compact revision; 0 means the commit point.
-func checkRevision(rev, committed, compacted int64) (int64, error) {
+// CheckRevision validates a requested read revision (0: the newest)
+// against a reader's commit point and the compact revision its snapshot
+// holds, and returns the revision to read at and the one its answer's
+// header carries. A follower's commit point (a read index, or the last
+// one it learned) may be older than that compaction, whose sweep may have
+// taken the history at it: such a reader stands at the compact revision,
+// final and committed before its snapshot began.
+func CheckRevision(rev, committed, compacted int64) (at, header int64, err error) {
+	committed = max(committed, compacted)
 	switch {
 	case rev <= 0:
-		return committed, nil
+		return committed, committed, nil
 	case rev > committed:
-		return 0, ErrFutureRev
+		return 0, 0, ErrFutureRev
 	case rev < compacted:
-		return 0, ErrCompacted
+		return 0, 0, ErrCompacted
 	}
-	return rev, nil
+	return rev, committed, nil
 }
 
 // Range evaluates a Range request against a snapshot that holds every
@@ -286,12 +292,7 @@ func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, c
 	if err := ValidateRange(req); err != nil {
 		return nil, err
 	}
-	// A follower's commit point (a read index, or what it last learned)
-	// may be older than a compaction its snapshot already holds: the
-	// history at that point may be swept, so it reads at the compact
-	// revision instead, final and committed before the snapshot began.
-	committed = max(committed, compacted)
-	rev, err := checkRevision(req.Revision, committed, compacted)
+	rev, header, err := CheckRevision(req.Revision, committed, compacted)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, c
 	if err != nil {
 		return nil, err
 	}
-	resp.Header = &pb.ResponseHeader{Revision: committed}
+	resp.Header = &pb.ResponseHeader{Revision: header}
 	return resp, nil
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
 
@@ -136,20 +134,15 @@ func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb
 		return nil, toGRPC(err)
 	}
 	defer txn.Rollback()
-	rev := r.Revision
-	switch {
-	case rev == 0:
-		rev = c
-	case rev > c:
-		return nil, rpctypes.ErrGRPCFutureRev
-	case rev < compacted:
-		return nil, rpctypes.ErrGRPCCompacted
+	rev, header, err := core.CheckRevision(r.Revision, c, compacted)
+	if err != nil {
+		return nil, toGRPC(err)
 	}
 	h, err := core.HashKV(storage.NewReader(txn), rev)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return &pb.HashKVResponse{Header: m.s.header(c), Hash: h, CompactRevision: compacted, HashRevision: rev}, nil
+	return &pb.HashKVResponse{Header: m.s.header(header), Hash: h, CompactRevision: compacted, HashRevision: rev}, nil
 }
 
 // MoveLeader hands leadership to another instance (etcdctl move-leader).

@@ -288,10 +288,6 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 			txn.Rollback()
 			return nil, 0, 0, err
 		}
-		// A compaction (and its sweep) may have passed the follower's
-		// point meanwhile: read at the compact revision, as core.Range
-		// does, and so does HashKV.
-		c = max(c, compacted)
 	}
 	return txn, c, compacted, nil
 }
