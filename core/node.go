@@ -184,6 +184,9 @@ type Ready struct {
 type Config struct {
 	// RingSize is how many recent events stay in memory (default 65536).
 	RingSize int
+	// RingBytes bounds what those events weigh, values and previous
+	// values included (default 32 MiB; negative: no bound).
+	RingBytes int64
 	// MaxTxnOps is etcd's --max-txn-ops (default 128).
 	MaxTxnOps int
 	// MaxAttempts bounds how often one request is dealt again after
@@ -209,6 +212,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.RingSize <= 0 {
 		c.RingSize = 1 << 16
+	}
+	if c.RingBytes == 0 {
+		c.RingBytes = 32 << 20
 	}
 	if c.MaxTxnOps <= 0 {
 		c.MaxTxnOps = 128
@@ -313,6 +319,7 @@ func NewNode(cfg Config, st State) *Node {
 		latches:   newLatches(),
 		nospace:   st.NoSpace,
 	}
+	n.ring.SetByteLimit(cfg.RingBytes)
 	if st.Compacted > 1 {
 		// Finish what a predecessor's sweep may have left.
 		n.sweepTo(st.Compacted)

@@ -1,10 +1,17 @@
 package core
 
-import "sort"
+import (
+	"sort"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
 
 // Ring keeps the most recent committed events in revision order, so
 // watchers near the head are served from memory. Older events come from
-// the engine's revision records (ReadEvents).
+// the engine's revision records (ReadEvents). It is bounded by a count
+// and, if set, by the bytes its events hold: Kubernetes objects of tens
+// of KiB, each event with its previous value, would otherwise make a
+// count-bounded ring the largest thing in the process.
 type Ring struct {
 	buf   []Event
 	start int // index of the oldest event
@@ -12,12 +19,37 @@ type Ring struct {
 	// first is the lowest revision whose events are all held: every
 	// event with Rev ≥ first is in the ring.
 	first int64
+	// bytes is what the held events weigh (EventBytes); maxBytes bounds
+	// it (0: no bound). The newest event is kept whatever it weighs.
+	bytes, maxBytes int64
 }
 
 // NewRing returns a ring of capacity events that holds every event
 // from revision first on.
 func NewRing(capacity int, first int64) *Ring {
 	return &Ring{buf: make([]Event, max(capacity, 1)), first: first}
+}
+
+// SetByteLimit bounds the bytes the held events weigh (0: no bound).
+func (r *Ring) SetByteLimit(n int64) {
+	r.maxBytes = max(n, 0)
+	r.evict()
+}
+
+// Bytes returns what the held events weigh.
+func (r *Ring) Bytes() int64 { return r.bytes }
+
+// EventBytes is about what ev keeps alive in memory: its keys and values
+// and the structures around them.
+func EventBytes(ev *Event) int64 {
+	const overhead = 160 // Event, mvccpb.Event and the KeyValues
+	n := int64(overhead)
+	for _, kv := range []*mvccpb.KeyValue{ev.Kv, ev.PrevKv} {
+		if kv != nil {
+			n += int64(len(kv.Key) + len(kv.Value))
+		}
+	}
+	return n
 }
 
 // First returns the lowest revision whose events are all in the ring.
@@ -33,16 +65,38 @@ func (r *Ring) at(i int) *Event { return &r.buf[(r.start+i)%len(r.buf)] }
 // the whole revision from what the ring claims to hold.
 func (r *Ring) Append(ev Event) {
 	if r.n == len(r.buf) {
-		old := r.at(0)
-		if old.Rev+1 > r.first {
-			r.first = old.Rev + 1
-		}
-		*old = Event{}
-		r.start = (r.start + 1) % len(r.buf)
-		r.n--
+		r.evictOldest()
 	}
 	*r.at(r.n) = ev
 	r.n++
+	r.bytes += EventBytes(&ev)
+	r.evict()
+}
+
+// evict drops the oldest events while the ring weighs more than its
+// byte limit, keeping at least the newest.
+func (r *Ring) evict() {
+	for r.maxBytes > 0 && r.bytes > r.maxBytes && r.n > 1 {
+		r.evictOldest()
+	}
+}
+
+// evictOldest drops the oldest event; its revision is no longer whole.
+func (r *Ring) evictOldest() {
+	old := r.at(0)
+	if old.Rev+1 > r.first {
+		r.first = old.Rev + 1
+	}
+	r.drop()
+}
+
+// drop forgets the oldest event.
+func (r *Ring) drop() {
+	old := r.at(0)
+	r.bytes -= EventBytes(old)
+	*old = Event{}
+	r.start = (r.start + 1) % len(r.buf)
+	r.n--
 }
 
 // Since returns the held events with Rev ≥ rev, oldest first. ok is
@@ -62,9 +116,7 @@ func (r *Ring) Since(rev int64) (events []Event, ok bool) {
 // Compact forgets events below rev and raises First to at least rev.
 func (r *Ring) Compact(rev int64) {
 	for r.n > 0 && r.at(0).Rev < rev {
-		*r.at(0) = Event{}
-		r.start = (r.start + 1) % len(r.buf)
-		r.n--
+		r.drop()
 	}
 	if rev > r.first {
 		r.first = rev

@@ -152,3 +152,43 @@ func TestRingSinceReturnsACopy(t *testing.T) {
 		t.Fatalf("ring changed through Since's result: %v", got)
 	}
 }
+
+func TestRingByteLimit(t *testing.T) {
+	sized := func(rev int64, name string, size int) core.Event {
+		ev := ringEvent(rev, name)
+		ev.Kv.Value = make([]byte, size)
+		ev.PrevKv = &mvccpb.KeyValue{Key: []byte(name), Value: make([]byte, size)}
+		return ev
+	}
+	probe := sized(1, "a", 100)
+	one := core.EventBytes(&probe)
+	r := core.NewRing(16, 1)
+	r.SetByteLimit(3 * one)
+	for rev := int64(1); rev <= 5; rev++ {
+		r.Append(sized(rev, "a", 100))
+	}
+	if r.Len() != 3 || r.First() != 3 || r.Bytes() != 3*one {
+		t.Fatalf("after 5 events under a 3-event byte limit: len %d first r%d bytes %d, want 3, r3, %d", r.Len(), r.First(), r.Bytes(), 3*one)
+	}
+	if _, ok := r.Since(2); ok {
+		t.Fatal("Since(2) claims events the byte limit evicted")
+	}
+	// An event heavier than the whole limit is still kept, alone.
+	r.Append(sized(6, "big", 1000))
+	got, ok := r.Since(6)
+	if !ok || !slices.Equal(ringNames(got), []string{"r6:big"}) || r.Len() != 1 || r.First() != 6 {
+		t.Fatalf("after an event over the limit: %v %v len %d first r%d", ringNames(got), ok, r.Len(), r.First())
+	}
+	// Compaction gives the bytes back; lowering the limit evicts at once.
+	r.Compact(7)
+	if r.Len() != 0 || r.Bytes() != 0 {
+		t.Fatalf("after compacting everything: len %d bytes %d", r.Len(), r.Bytes())
+	}
+	for rev := int64(7); rev <= 9; rev++ {
+		r.Append(sized(rev, "a", 100))
+	}
+	r.SetByteLimit(one)
+	if got, _ := r.Since(r.First()); !slices.Equal(ringNames(got), []string{"r9:a"}) {
+		t.Fatalf("after lowering the limit: %v", ringNames(got))
+	}
+}

@@ -67,7 +67,7 @@ func (n *node) start() {
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
-		Node: core.Config{RingSize: 64, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
+		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Hooks: driver.Hooks{
 		Check: func(m *core.Member) {

@@ -94,6 +94,10 @@ type Plan struct {
 	// SlowReadShare of a follower's reads stall between the read index
 	// and the snapshot.
 	SlowReadShare float64
+	// RingBytes bounds the leader's event ring by weight (0: only its
+	// 64 events), so that watchers fall behind it and catch up from the
+	// engine mid-revision as well as at revision ends.
+	RingBytes int64
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -180,6 +184,9 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.4) {
 		p.SlowReadShare = 0.05 + 0.25*w.rng.Float64()
 	}
+	if w.chance(0.3) {
+		p.RingBytes = 300 + w.rng.Int64N(3000)
+	}
 }
 
 // traffic renders the plan's client mix for the one-line result.
@@ -193,6 +200,9 @@ func (p Plan) traffic() string {
 	}
 	if p.CancelShare > 0 {
 		s += fmt.Sprintf(" cancel=%.0f%%", 100*p.CancelShare)
+	}
+	if p.RingBytes > 0 {
+		s += fmt.Sprintf(" ring=%dB", p.RingBytes)
 	}
 	return s
 }

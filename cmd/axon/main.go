@@ -64,6 +64,7 @@ type serveFlags struct {
 	quota                                        server.Quota
 	maxStreams                                   uint32
 	maxInflight, maxPending                      int
+	watchCacheBytes                              int64
 	memoryBudget                                 int64
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
@@ -92,6 +93,7 @@ func serveCmd() *cobra.Command {
 	fl.Uint32Var(&f.maxStreams, "max-concurrent-streams", math.MaxUint32, "most concurrent gRPC streams on one client connection")
 	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
 	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
+	fl.Int64Var(&f.watchCacheBytes, "watch-cache-bytes", 32<<20, "memory for the leader's recent events (values and previous values), which watchers near the head are served from; older events are read from the engine (negative: only the 65,536-event bound)")
 	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: Badger's 64 MiB memtables, Go's default GC)")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
@@ -194,7 +196,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		advPeer = f.listenPeer
 	}
 	srv, err := server.New(server.Config{
-		Core: core.Config{MaxTxnOps: f.maxTxnOps, MaxPending: f.maxPending}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
+		Core: core.Config{MaxTxnOps: f.maxTxnOps, MaxPending: f.maxPending, RingBytes: f.watchCacheBytes}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
