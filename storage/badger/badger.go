@@ -94,6 +94,20 @@ type commitReq struct {
 	err    chan error
 }
 
+// notFoundError is Get's answer for a missing key. Its message is built
+// only if someone reads it.
+type notFoundError struct{ key string }
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("badger: get %q: %v", e.key, storage.ErrNotFound)
+}
+
+func (e *notFoundError) Unwrap() error { return storage.ErrNotFound }
+
+// pendingOverhead is what badger adds to a write's key and value when
+// it sizes a batch (meta, version), rounded up.
+const pendingOverhead = 16
+
 // pending is one buffered write; del marks a deletion.
 type pending struct {
 	value []byte
@@ -175,7 +189,7 @@ func (e *Engine) commitLoop() {
 func (r *commitReq) size() (count, size int64) {
 	for k, w := range r.writes {
 		count++
-		size += int64(len(k) + len(w.value) + 16)
+		size += int64(len(k)+len(w.value)) + pendingOverhead
 	}
 	return count, size
 }
@@ -345,12 +359,17 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 type txn struct {
 	e  *Engine
 	ts uint64
-	// tx reads the snapshot and holds the buffered writes, so reads see
-	// them; it is never committed itself.
+	// tx reads the snapshot and, for iterators, holds the buffered
+	// writes (mirror); it is never committed itself.
 	tx *bdb.Txn
 	// writes is the write set (by Set, Delete or Lock) handed to the
-	// committer.
-	writes map[string]pending
+	// committer; order lists its keys as first written, the first
+	// mirrored of them already in tx.
+	writes   map[string]pending
+	order    []string
+	mirrored int
+	// count and size are what badger would count of the write set.
+	count, size int64
 	iters  []*iterator
 	closed bool
 }
@@ -369,9 +388,16 @@ func (t *txn) Get(key []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer t.e.release()
+	if w, ok := t.writes[string(key)]; ok {
+		if w.del {
+			return nil, &notFoundError{key: string(key)}
+		}
+		return bytes.Clone(w.value), nil
+	}
 	item, err := t.tx.Get(key)
 	if errors.Is(err, bdb.ErrKeyNotFound) {
-		return nil, fmt.Errorf("badger: get %q: %w", key, storage.ErrNotFound)
+		// Most writes read keys that do not exist yet: no formatting here.
+		return nil, &notFoundError{key: string(key)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("badger: get %q: %w", key, err)
@@ -402,17 +428,60 @@ func (t *txn) write(op string, key, value []byte, del bool) error {
 		return err
 	}
 	defer t.e.release()
-	key, value = bytes.Clone(key), bytes.Clone(value)
-	var err error
-	if del {
-		err = t.tx.Delete(key)
-	} else {
-		err = t.tx.Set(key, value)
+	if err := t.admit(key, value); err != nil {
+		return fmt.Errorf("badger: %s: %w", op, err)
 	}
-	if err != nil {
-		return fmt.Errorf("badger: %s %q: %w", op, key, err)
+	k := string(key)
+	if _, ok := t.writes[k]; !ok {
+		t.order = append(t.order, k)
 	}
-	t.writes[string(key)] = pending{value: value, del: del}
+	t.writes[k] = pending{value: bytes.Clone(value), del: del}
+	return nil
+}
+
+// maxKeySize is badger's bound on a key.
+const maxKeySize = 65000
+
+// admit checks a write as badger's own transaction would, before it is
+// buffered, and counts it towards the transaction's size: the committer
+// writes whole groups, so one transaction too big for badger must fail
+// here rather than fail its group.
+func (t *txn) admit(key, value []byte) error {
+	switch {
+	case len(key) == 0:
+		return bdb.ErrEmptyKey
+	case bytes.HasPrefix(key, []byte("!badger!")):
+		return bdb.ErrInvalidKey
+	case len(key) > maxKeySize:
+		return fmt.Errorf("key of %d bytes exceeds the %d limit", len(key), maxKeySize)
+	}
+	count, size := t.count+1, t.size+int64(len(key)+len(value))+pendingOverhead
+	if count >= t.e.db.MaxBatchCount() || size >= t.e.db.MaxBatchSize() {
+		return bdb.ErrTxnTooBig
+	}
+	t.count, t.size = count, size
+	return nil
+}
+
+// mirror copies the writes made since the last mirror into badger's
+// transaction, whose iterators merge them with the snapshot. Writes are
+// mirrored only when an iterator needs them: most transactions read
+// everything first and write at the end, and Get reads the write set.
+// Callers hold the engine.
+func (t *txn) mirror() error {
+	for _, k := range t.order[t.mirrored:] {
+		w := t.writes[k]
+		var err error
+		if w.del {
+			err = t.tx.Delete([]byte(k))
+		} else {
+			err = t.tx.Set([]byte(k), w.value)
+		}
+		if err != nil {
+			return fmt.Errorf("badger: write %q: %w", k, err)
+		}
+	}
+	t.mirrored = len(t.order)
 	return nil
 }
 
@@ -435,15 +504,10 @@ func (t *txn) Lock(keys ...[]byte) error {
 		if err != nil {
 			return fmt.Errorf("badger: lock %q: %w", key, err)
 		}
-		key = bytes.Clone(key)
-		if found {
-			err = t.tx.Set(key, v)
-		} else {
-			err = t.tx.Delete(key)
-		}
-		if err != nil {
+		if err := t.admit(key, v); err != nil {
 			return fmt.Errorf("badger: lock %q: %w", key, err)
 		}
+		t.order = append(t.order, string(key))
 		t.writes[string(key)] = pending{value: v, del: !found}
 	}
 	return nil
@@ -499,6 +563,9 @@ func (t *txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {
 		return nil, err
 	}
 	defer t.e.release()
+	if err := t.mirror(); err != nil {
+		return nil, err
+	}
 	bo := bdb.DefaultIteratorOptions
 	bo.Reverse = opts.Reverse
 	// Values are copied once, in Next; prefetching would copy each twice.
