@@ -370,8 +370,8 @@ type txn struct {
 	mirrored int
 	// count and size are what badger would count of the write set.
 	count, size int64
-	iters  []*iterator
-	closed bool
+	iters       []*iterator
+	closed      bool
 }
 
 func (t *txn) begin(op string) error {
