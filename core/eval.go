@@ -89,7 +89,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		// the engine's conflict set).
 		return &Effects{Late: true}, nil
 	}
-	tx := &txnEval{rd: rd, rev: rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, cache: map[string]*entry{}}
+	tx := &txnEval{rd: rd, rev: rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted}
 	if undealt {
 		tx.seen = w.seen
 	}
@@ -176,7 +176,7 @@ type txnEval struct {
 	seen                 int64 // undealt work: the newest touch it may meet (Work.seen)
 	serial               bool
 	committed, compacted int64
-	cache                map[string]*entry
+	cache                map[string]*entry // by key, once order is longer than smallCache
 	order                []*entry
 	events               []Event
 	extra                []Write // writes outside the key spaces (lease records)
@@ -185,7 +185,7 @@ type txnEval struct {
 // get returns the entry of a single key, reading it on first use. A key
 // touched by a later revision makes the work late.
 func (tx *txnEval) get(key []byte) (*entry, error) {
-	if e, ok := tx.cache[string(key)]; ok {
+	if e := tx.cached(key); e != nil {
 		return e, nil
 	}
 	rec, err := readLatest(tx.rd, key)
@@ -199,9 +199,34 @@ func (tx *txnEval) get(key []byte) (*entry, error) {
 	if rec.alive() {
 		e.cur = rec
 	}
-	tx.cache[string(key)] = e
+	if tx.cache != nil {
+		tx.cache[string(key)] = e
+	} else if len(tx.order) == smallCache {
+		tx.cache = make(map[string]*entry, 2*smallCache)
+		for _, o := range tx.order {
+			tx.cache[string(o.key)] = o
+		}
+		tx.cache[string(key)] = e
+	}
 	tx.order = append(tx.order, e)
 	return e, nil
+}
+
+// smallCache is how many keys an evaluation finds by scanning its order
+// before it builds a map: most requests use one or two keys.
+const smallCache = 8
+
+// cached returns the entry of key, if the evaluation read it.
+func (tx *txnEval) cached(key []byte) *entry {
+	if tx.cache != nil {
+		return tx.cache[string(key)]
+	}
+	for _, e := range tx.order {
+		if bytes.Equal(e.key, key) {
+			return e
+		}
+	}
+	return nil
 }
 
 // attachWrites keeps the lease attachment index in step with a written

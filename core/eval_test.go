@@ -1287,3 +1287,47 @@ func TestHandoverWaitsForACompaction(t *testing.T) {
 		t.Fatalf("no handover once the compaction was stored: %d work", len(rd.Work))
 	}
 }
+
+// TestTxnReadsEachKeyOnce: a txn that compares and then writes many keys
+// (more than the evaluation finds by scanning) keeps one state per key,
+// so each key gets one latest record and the version the compare saw.
+func TestTxnReadsEachKeyOnce(t *testing.T) {
+	ctx := context.Background()
+	eng := memkv.New()
+	var keys []string
+	txn := &pb.TxnRequest{}
+	for i := range 20 {
+		k := fmt.Sprintf("k%02d", i)
+		keys = append(keys, k)
+		txn.Compare = append(txn.Compare, &pb.Compare{Key: []byte(k), Target: pb.Compare_VERSION, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Version{Version: 0}})
+		txn.Success = append(txn.Success, putOp(k, "v"))
+	}
+	tx, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	w := &core.Work{Kind: core.WorkRequest, Rev: 2, ID: 1, Request: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txn}}, Committed: 1}
+	eff, err := core.Evaluate(storage.NewReader(tx), w)
+	if err != nil || eff.Late || !eff.Response.GetResponseTxn().Succeeded {
+		t.Fatalf("evaluate: %+v, %v", eff, err)
+	}
+	latest := map[string]int{}
+	for _, wr := range eff.Writes {
+		if k, err := core.DecodeLatestKey(wr.Key); err == nil {
+			latest[string(k)]++
+			rec, err := core.DecodeRecord(wr.Value)
+			if err != nil || rec.Version != 1 || rec.ModRev != 2 {
+				t.Errorf("latest record of %q: %+v, %v", k, rec, err)
+			}
+		}
+	}
+	for _, k := range keys {
+		if latest[k] != 1 {
+			t.Errorf("%q has %d latest records, want 1", k, latest[k])
+		}
+	}
+	if len(eff.Events) != len(keys) {
+		t.Errorf("%d events, want %d", len(eff.Events), len(keys))
+	}
+}
