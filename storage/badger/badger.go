@@ -35,6 +35,10 @@ type sizes struct {
 	memTable, blockCache, indexCache int64
 }
 
+// minMemTable is the smallest memtable badger accepts with its 1 MiB
+// value threshold (a batch may take 15 % of a memtable).
+const minMemTable = 8 << 20
+
 // sizesFor divides a budget: three memtables and the two copies of one
 // that its flush builds take 5/16, the block cache 2/16, the index cache
 // 1/16. 0 means the defaults.
@@ -43,7 +47,7 @@ func sizesFor(budget int64) sizes {
 		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20}
 	}
 	return sizes{
-		memTable:   min(max(budget/16, 4<<20), 64<<20),
+		memTable:   min(max(budget/16, minMemTable), 64<<20),
 		blockCache: max(budget/8, 1<<20),
 		indexCache: max(budget/16, 1<<20),
 	}
@@ -85,7 +89,17 @@ type Engine struct {
 	written    map[string]uint64
 	groups     int
 	pruneEvery int
+
+	// advisor advises badger's new log mappings every adviseEvery groups
+	// (commit loop only).
+	advisor *logAdvisor
+	log     *slog.Logger
 }
+
+// adviseEvery is how many commit groups pass between looks for new log
+// mappings: a memtable's log takes tens of MiB, so few of its bytes are
+// written before it is advised.
+const adviseEvery = 64
 
 // commitReq is one transaction handed to the committer.
 type commitReq struct {
@@ -150,7 +164,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 		db: db, queue: make(chan *commitReq, 1024), alone: make(chan func()), stop: make(chan struct{}), done: make(chan struct{}),
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
 		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
+		advisor:    newLogAdvisor(dir), log: logger,
 	}
+	e.advise()
 	go e.commitLoop()
 	return e, nil
 }
@@ -159,6 +175,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 func (e *Engine) commitLoop() {
 	defer close(e.done)
 	maxCount, maxSize := e.db.MaxBatchCount()/2, e.db.MaxBatchSize()/2
+	groups := 0
 	for {
 		var first *commitReq
 		select {
@@ -183,6 +200,17 @@ func (e *Engine) commitLoop() {
 			}
 		}
 		e.commitGroup(group)
+		if groups++; groups%adviseEvery == 0 {
+			e.advise()
+		}
+	}
+}
+
+// advise marks new log mappings MADV_RANDOM (logAdvisor); a failure only
+// costs disk bandwidth, so it is logged, not returned.
+func (e *Engine) advise() {
+	if _, err := e.advisor.advise(); err != nil {
+		e.log.Warn("advising badger's logs failed; each sync may write far more than it appended", "err", err)
 	}
 }
 
