@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-var perSystem = []string{"ops/s", "p50", "p99", "tries/op", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS", "RSS"}
+var perSystem = []string{"ops/s", "p50", "p99", "tries/op", "srvCPU/1k", "ops/srvCPU-s", "genCPU/1k", "peakRSS", "RSS", "disk/op"}
 
 // WriteTable writes the report as one table: a row per workload, a group
 // of columns per system and, when both ran, the Axon/etcd ratios.
@@ -58,12 +58,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		for _, s := range rep.Systems {
 			res := r.Results[s]
 			if res == nil {
-				cells = append(cells, "-", "-", "-", "-", "-", "-", "-", "-", "-")
+				cells = append(cells, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-")
 				continue
 			}
 			cells = append(cells, fmtRate(res.OpsPerSec), fmtLat(res.P50Ms, res.LatencySamples), fmtLat(res.P99Ms, res.LatencySamples),
 				fmtTries(res.AttemptsPerOp), fmtSec(res.ServerCPUSecPer1kOps), fmtRate(res.OpsPerServerCPUSec), fmtSec(res.ClientCPUSecPer1kOps),
-				fmtBytes(res.ServerPeakRSSBytes), fmtBytes(res.ServerRSSBytes))
+				fmtBytes(res.ServerPeakRSSBytes), fmtBytes(res.ServerRSSBytes), fmtSmallBytes(res.ServerWriteBytesPerOp))
 		}
 		if ratios {
 			if q := r.Ratio; q != nil {
@@ -105,7 +105,8 @@ Get + CAS txn until one applies; p50/p99 = first Get to that txn; tries/op = Get
 increment; a failed or timed-out request is an error and the increment goes on); a restart
 (p50/p99 = process start to first linearizable Get); a key loaded in batches (memory). srvCPU/1k,
 genCPU/1k: CPU seconds per 1,000 ops of the server, of this load generator. peakRSS: the server's
-VmHWM so far; RSS: its VmRSS at the end of the row. Ratios: Axon's over etcd's.`)
+VmHWM so far; RSS: its VmRSS at the end of the row; disk/op: bytes the server sent to the disk per
+op (write_bytes of /proc/<pid>/io). Ratios: Axon's over etcd's.`)
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -192,6 +193,19 @@ func fmtBytes(b int64) string {
 		return fmt.Sprintf("%.2fG", float64(b)/(1<<30))
 	}
 	return fmt.Sprintf("%.0fM", float64(b)/(1<<20))
+}
+
+// fmtSmallBytes renders a per-op byte count.
+func fmtSmallBytes(b float64) string {
+	switch {
+	case b <= 0:
+		return "-"
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fM", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1fK", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0fB", b)
 }
 
 func fmtTries(f float64) string {

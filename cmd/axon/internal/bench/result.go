@@ -32,6 +32,10 @@ type Result struct {
 	ServerPeakRSSBytes   int64   `json:"server_peak_rss_bytes"`
 	// ServerRSSBytes is the server's resident set at the end of the row.
 	ServerRSSBytes int64 `json:"server_rss_bytes"`
+	// ServerWriteBytesPerOp is what the server sent to the disk per op
+	// (write_bytes of /proc/<pid>/io: page-cache pages it dirtied, again
+	// each time one is dirtied after being written back).
+	ServerWriteBytesPerOp float64 `json:"server_write_bytes_per_op"`
 	// Watch only: the creates/s the writer reached, and delivery latency
 	// counted from sending the write rather than from its ack.
 	WriteRate     float64 `json:"write_rate,omitempty"`
@@ -171,6 +175,7 @@ func div(a, b float64) float64 {
 type usage struct {
 	at           time.Time
 	server, self float64
+	written      int64
 	pid          int
 }
 
@@ -179,7 +184,11 @@ func startUsage(pid int) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{at: time.Now(), server: c, self: selfCPU(), pid: pid}, nil
+	w, err := procWriteBytes(pid)
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{at: time.Now(), server: c, self: selfCPU(), written: w, pid: pid}, nil
 }
 
 // finish fills r's rates and CPU figures from u to now; r.Ops must be set.
@@ -197,6 +206,11 @@ func (u usage) finish(r *Result) error {
 	if r.ServerRSSBytes, err = procRSS(u.pid); err != nil {
 		return err
 	}
+	w, err := procWriteBytes(u.pid)
+	if err != nil {
+		return err
+	}
+	r.ServerWriteBytesPerOp = div(float64(w-u.written), float64(r.Ops))
 	r.Seconds = elapsed.Seconds()
 	r.OpsPerSec = div(float64(r.Ops), r.Seconds)
 	r.ServerCPUSec = c - u.server
