@@ -1,4 +1,5 @@
-// Package fsutil measures what Axon's data takes on disk.
+// Package fsutil measures what Axon's data takes on disk and what a
+// process writes to it.
 package fsutil
 
 import (

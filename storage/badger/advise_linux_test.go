@@ -4,29 +4,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/axon-kv/axon/internal/fsutil"
 )
 
-// writeBytes is what this process has caused to be written to disk.
+// writeBytes is what this process has sent to the disk.
 func writeBytes(t *testing.T) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/io")
+	n, err := fsutil.Written(os.Getpid())
 	if err != nil {
-		t.Skipf("no /proc/self/io: %v", err)
+		t.Skip(err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no write_bytes in /proc/self/io")
-	return 0
+	return n
 }
 
 // logFlags returns the VmFlags of each mapping of a badger log in dir.

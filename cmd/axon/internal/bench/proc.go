@@ -296,30 +296,6 @@ func procPeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM") }
 // procRSS returns the resident set size (VmRSS) of process pid in bytes.
 func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
 
-// procWriteBytes returns the bytes process pid has sent to the disk
-// (write_bytes of /proc/<pid>/io).
-func procWriteBytes(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read write_bytes: %w", err)
-	}
-	return parseIO(string(b), "write_bytes")
-}
-
-// parseIO reads a field of /proc/<pid>/io.
-func parseIO(text, field string) (int64, error) {
-	for line := range strings.SplitSeq(text, "\n") {
-		if v, ok := strings.CutPrefix(line, field+": "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("malformed %s %q: %w", field, line, err)
-			}
-			return n, nil
-		}
-	}
-	return 0, fmt.Errorf("no %s in io", field)
-}
-
 func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/axon-kv/axon/internal/fsutil"
 )
 
 // Result is one system's measurement of one row.
@@ -184,7 +186,7 @@ func startUsage(pid int) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	w, err := procWriteBytes(pid)
+	w, err := fsutil.Written(pid)
 	if err != nil {
 		return usage{}, err
 	}
@@ -206,7 +208,7 @@ func (u usage) finish(r *Result) error {
 	if r.ServerRSSBytes, err = procRSS(u.pid); err != nil {
 		return err
 	}
-	w, err := procWriteBytes(u.pid)
+	w, err := fsutil.Written(u.pid)
 	if err != nil {
 		return err
 	}
