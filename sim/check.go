@@ -65,7 +65,34 @@ func (w *World) check(res *Result) error {
 	if err := w.checkWatches(evs); err != nil {
 		return err
 	}
+	if err := w.checkSerializable(evs); err != nil {
+		return err
+	}
 	return w.checkLinearizable(res)
+}
+
+// linearEvents converts the ground truth for the checkers.
+func linearEvents(evs []core.Event) []linearizability.Event {
+	out := make([]linearizability.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = linearizability.Event{Rev: ev.Rev, Event: ev.Event}
+	}
+	return out
+}
+
+// checkSerializable checks every answered serializable read against the
+// store as of its header revision.
+func (w *World) checkSerializable(evs []core.Event) error {
+	committed := linearEvents(evs)
+	for _, cl := range w.hist.calls {
+		if cl.in.kind != opRange || !cl.in.rng.Serializable || cl.status != answered || cl.err != nil {
+			continue
+		}
+		if err := linearizability.CheckSnapshotRead(committed, cl.in.rng, cl.resp.GetResponseRange()); err != nil {
+			return fmt.Errorf("c%d op%d: %w", cl.client.idx, cl.id, err)
+		}
+	}
+	return nil
 }
 
 // resolve turns each unknown call into applied (at its revision) or not,
@@ -304,7 +331,9 @@ func historyInput(cl *call) (linearizability.Input, bool) {
 	case opWrite:
 		return linearizability.Input{KV: cl.in.write}, true
 	case opRange:
-		return linearizability.RangeInput(cl.in.rng), true
+		// A serializable read need not be linearizable; checkSerializable
+		// checks it against the store at its revision.
+		return linearizability.RangeInput(cl.in.rng), !cl.in.rng.Serializable
 	case opGrant:
 		return linearizability.Input{Grant: &pb.LeaseGrantRequest{TTL: cl.in.ttl}}, true
 	case opRevoke:
@@ -362,10 +391,7 @@ func (w *World) compacted() (rev int64) {
 
 // checkWatches checks every watch stream against the ground truth.
 func (w *World) checkWatches(evs []core.Event) error {
-	committed := make([]linearizability.Event, len(evs))
-	for i, ev := range evs {
-		committed[i] = linearizability.Event{Rev: ev.Rev, Event: ev.Event}
-	}
+	committed := linearEvents(evs)
 	compacted := w.compacted()
 	for _, c := range w.clients {
 		for i, cw := range c.watches {

@@ -223,6 +223,12 @@ func putOp(k string, v []byte, lease int64) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: v, Lease: lease}}}
 }
 
+// read is a plain read, serializable on SerializableShare of them.
+func (c *client) read(r *pb.RangeRequest) input {
+	r.Serializable = c.w.chance(c.w.plan.SerializableShare)
+	return input{kind: opRange, rng: r}
+}
+
 func getOp(k string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(k)}}}
 }
@@ -291,14 +297,14 @@ func (c *client) next() input {
 		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
 			Compare: []*pb.Compare{cmp}, Success: then, Failure: []*pb.RequestOp{getOp(a), getOp(b)}}}}}
 	case 5:
-		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0")}}
+		return c.read(&pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0")})
 	case 6:
 		return input{kind: opGrant, ttl: int64(2 + w.rng.IntN(4))}
 	case 7:
 		if len(c.leases) > 0 {
 			return input{kind: opKeepAlive, lease: c.leases[w.rng.IntN(len(c.leases))]}
 		}
-		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(c.pickKey())}}
+		return c.read(&pb.RangeRequest{Key: []byte(c.pickKey())})
 	case 8:
 		if len(c.leases) > 0 && w.chance(0.5) {
 			i := w.rng.IntN(len(c.leases))
@@ -306,7 +312,7 @@ func (c *client) next() input {
 			c.leases = append(c.leases[:i], c.leases[i+1:]...)
 			return input{kind: opRevoke, lease: l}
 		}
-		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte(c.pickKey())}}
+		return c.read(&pb.RangeRequest{Key: []byte(c.pickKey())})
 	}
 	return input{kind: opCompact, rev: -1} // revision chosen at send time
 }

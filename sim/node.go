@@ -388,6 +388,9 @@ func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 		return
 	}
 	n.w.call(n, to, "forward", func(reply func(answer, error)) { to.serve(c, true, reply) }, func(a answer, err error) {
+		if err == nil {
+			n.drv.Learn(a.rev) // as the server learns from a forwarded answer
+		}
 		*got = a
 		done(err)
 	})
@@ -454,22 +457,32 @@ func (n *node) rangeRead(c *call, done func(answer, error)) {
 		n.read(c, rev, compacted, done)
 		return
 	}
+	if known := n.drv.Known(); c.in.rng.Serializable && known > 0 {
+		// As etcd, a serializable read on a follower asks no one: it
+		// reads at the newest commit point this follower learned.
+		n.followerRead(c, known, done)
+		return
+	}
 	n.drv.ReadIndex(func(rev int64, err error) {
 		if err != nil {
 			done(answer{}, err)
 			return
 		}
-		if n.w.chance(n.w.plan.SlowReadShare) {
-			// A read that stalls between its read index and its
-			// snapshot (a GC pause, a busy engine): writes, compactions
-			// and sweeps pass its point meanwhile.
-			d := n.w.between(50*time.Millisecond, time.Second)
-			n.w.fault("slow-read", "%s reads at r%d after %v", n.name, rev, d)
-			n.on(d, "slow read", func() { n.read(c, rev, -1, done) })
-			return
-		}
-		n.read(c, rev, -1, done)
+		n.followerRead(c, rev, done)
 	})
+}
+
+// followerRead reads at commit point rev on a follower, which may stall
+// first (a GC pause, a busy engine): writes, compactions and sweeps pass
+// its point meanwhile.
+func (n *node) followerRead(c *call, rev int64, done func(answer, error)) {
+	if n.w.chance(n.w.plan.SlowReadShare) {
+		d := n.w.between(50*time.Millisecond, time.Second)
+		n.w.fault("slow-read", "%s reads at r%d after %v", n.name, rev, d)
+		n.on(d, "slow read", func() { n.read(c, rev, -1, done) })
+		return
+	}
+	n.read(c, rev, -1, done)
 }
 
 // read serves a range at a commit point; compacted < 0 reads the compact

@@ -98,6 +98,9 @@ type Plan struct {
 	// 64 events), so that watchers fall behind it and catch up from the
 	// engine mid-revision as well as at revision ends.
 	RingBytes int64
+	// SerializableShare of the plain reads are serializable: a follower
+	// answers them at the newest commit point it learned.
+	SerializableShare float64
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -187,6 +190,9 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.3) {
 		p.RingBytes = 300 + w.rng.Int64N(3000)
 	}
+	if w.chance(0.5) {
+		p.SerializableShare = 0.2 + 0.5*w.rng.Float64()
+	}
 }
 
 // traffic renders the plan's client mix for the one-line result.
@@ -203,6 +209,9 @@ func (p Plan) traffic() string {
 	}
 	if p.RingBytes > 0 {
 		s += fmt.Sprintf(" ring=%dB", p.RingBytes)
+	}
+	if p.SerializableShare > 0 {
+		s += fmt.Sprintf(" serializable=%.0f%%", 100*p.SerializableShare)
 	}
 	return s
 }

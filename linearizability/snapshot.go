@@ -1,0 +1,52 @@
+package linearizability
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// CheckSnapshotRead checks a serializable range, which etcd answers from
+// a member's own state without a read index: it need not be linearizable,
+// but it must be the store exactly as of its header revision. committed
+// is every applied event, in revision order; r has no Revision, Limit,
+// sort or filter (the simulator sends none).
+func CheckSnapshotRead(committed []Event, r *pb.RangeRequest, got *pb.RangeResponse) error {
+	if got.Header == nil {
+		return fmt.Errorf("serializable range %s: no header", describeSpan(r.Key, r.RangeEnd))
+	}
+	at := got.Header.Revision
+	state := map[string]*mvccpb.KeyValue{}
+	for _, ev := range committed {
+		if ev.Rev > at {
+			break
+		}
+		if !InSpan(ev.Kv.Key, r.Key, r.RangeEnd) {
+			continue
+		}
+		if ev.Type == mvccpb.DELETE {
+			delete(state, string(ev.Kv.Key))
+		} else {
+			state[string(ev.Kv.Key)] = ev.Kv
+		}
+	}
+	want := make([]*mvccpb.KeyValue, 0, len(state))
+	for _, kv := range state {
+		want = append(want, kv)
+	}
+	slices.SortFunc(want, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	same := got.Count == int64(len(want)) && len(got.Kvs) == len(want)
+	for i := 0; same && i < len(want); i++ {
+		g, w := got.Kvs[i], want[i]
+		same = bytes.Equal(g.Key, w.Key) && bytes.Equal(g.Value, w.Value) && g.ModRevision == w.ModRevision &&
+			g.CreateRevision == w.CreateRevision && g.Version == w.Version && g.Lease == w.Lease
+	}
+	if !same {
+		return fmt.Errorf("serializable range %s at r%d answered count=%d %s; the store at r%d holds %s",
+			describeSpan(r.Key, r.RangeEnd), at, got.Count, describeKVs(got.Kvs), at, describeKVs(want))
+	}
+	return nil
+}
