@@ -13,7 +13,9 @@
 // compactions, lease expiry; and of traffic: hot keys (most operations on
 // 1–3 keys, counters incremented by Get-then-CAS loops, more clients) and
 // clients that abandon calls (a timeout as short as one commit, or a
-// cancel right after sending) that may still apply. After the client
+// cancel right after sending) that may still apply; slow watch readers,
+// a small event ring, and serializable reads a follower answers at the
+// newest commit point it learned. After the client
 // budget is spent the faults heal and every client must get a write
 // through and every watch must catch up (liveness).
 //
@@ -22,8 +24,9 @@
 // unexplained write, a final state that is the replay of the events,
 // every applied compare-and-swap on one key swapped the revision it
 // compared (no lost update, counters count every increment), a
-// linearizable history (linearizability), and etcd's guarantees on every
-// watch stream; core invariants run after every step. Config's
+// linearizable history (linearizability) with every serializable read
+// the store as of its revision, and etcd's guarantees on every watch
+// stream; core invariants run after every step. Config's
 // BreakDrift and SkipConflictChecks break an assumption or plant a bug,
 // for tests that prove the checkers see what they are for.
 // cmd/axon's `axon sim` runs one seed or a swarm.
