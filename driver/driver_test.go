@@ -259,3 +259,21 @@ func TestRetriesLeaveNoWaiters(t *testing.T) {
 		t.Fatalf("%d calls still wait for a leader change", n)
 	}
 }
+
+// TestFollowerPoint: a serializable read reads at the newest commit point
+// learned, which only moves forward; a linearizable one, or one before
+// anything was learned, asks for a read index (0).
+func TestFollowerPoint(t *testing.T) {
+	d := driver.New(driver.Config{Member: core.NewMember(core.MemberConfig{ID: "b.1", Addr: "b"}), Clock: &fakeClock{now: time.Hour}, Exec: &queueExec{eng: memkv.New()}})
+	if got := d.FollowerPoint(true); got != 0 {
+		t.Fatalf("serializable point before learning: r%d, want 0", got)
+	}
+	d.Learn(7)
+	d.Learn(5) // an older answer arriving late
+	if got := d.FollowerPoint(true); got != 7 {
+		t.Fatalf("serializable point: r%d, want r7", got)
+	}
+	if got := d.FollowerPoint(false); got != 0 {
+		t.Fatalf("linearizable point: r%d, want 0 (ask for a read index)", got)
+	}
+}

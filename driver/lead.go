@@ -280,6 +280,16 @@ func (d *Driver) Learn(rev int64) {
 	}
 }
 
-// Known is the newest commit point this member learned from the leader
-// (a follower's serializable reads use it).
+// Known is the newest commit point this member learned from the leader.
 func (d *Driver) Known() int64 { return d.known.Load() }
+
+// FollowerPoint is where a follower reads without asking the leader: a
+// serializable read, as in etcd, at the newest commit point it learned.
+// 0 means ask the leader for a read index (a linearizable read, or
+// nothing learned yet).
+func (d *Driver) FollowerPoint(serializable bool) int64 {
+	if !serializable {
+		return 0
+	}
+	return d.Known()
+}

@@ -273,7 +273,7 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 	c, compacted, led := s.drv.ReadPoint()
 	if !led {
 		var err error
-		if c = s.drv.Known(); !serializable || c == 0 {
+		if c = s.drv.FollowerPoint(serializable); c == 0 {
 			if c, err = s.readIndex(ctx); err != nil {
 				return nil, 0, 0, err
 			}

@@ -457,10 +457,8 @@ func (n *node) rangeRead(c *call, done func(answer, error)) {
 		n.read(c, rev, compacted, done)
 		return
 	}
-	if known := n.drv.Known(); c.in.rng.Serializable && known > 0 {
-		// As etcd, a serializable read on a follower asks no one: it
-		// reads at the newest commit point this follower learned.
-		n.followerRead(c, known, done)
+	if rev := n.drv.FollowerPoint(c.in.rng.Serializable); rev > 0 {
+		n.followerRead(c, rev, done)
 		return
 	}
 	n.drv.ReadIndex(func(rev int64, err error) {
