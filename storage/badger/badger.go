@@ -391,8 +391,8 @@ type txn struct {
 	// writes (mirror); it is never committed itself.
 	tx *bdb.Txn
 	// writes is the write set (by Set, Delete or Lock) handed to the
-	// committer; order lists its keys as first written, the first
-	// mirrored of them already in tx.
+	// committer; order lists its keys in write order (a key again when
+	// rewritten after a mirror), the first mirrored of them already in tx.
 	writes   map[string]pending
 	order    []string
 	mirrored int
@@ -460,7 +460,9 @@ func (t *txn) write(op string, key, value []byte, del bool) error {
 		return fmt.Errorf("badger: %s: %w", op, err)
 	}
 	k := string(key)
-	if _, ok := t.writes[k]; !ok {
+	if _, ok := t.writes[k]; !ok || t.mirrored > 0 {
+		// A key written again after a mirror must be mirrored again: it
+		// may be among the mirrored ones.
 		t.order = append(t.order, k)
 	}
 	t.writes[k] = pending{value: bytes.Clone(value), del: del}

@@ -23,6 +23,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Engine) {
 		{"PointReadWrite", testPointReadWrite},
 		{"ReadYourWrites/Get", testReadYourWritesGet},
 		{"ReadYourWrites/Iter", testReadYourWritesIter},
+		{"ReadYourWrites/IterAfterRewrite", testReadYourWritesAfterRewrite},
 		{"SnapshotIsolation", testSnapshotIsolation},
 		{"Conflict/WriteWrite", testWriteWriteConflict},
 		{"Conflict/DisjointKeysBothCommit", testDisjoint},
@@ -281,6 +282,28 @@ func testReadYourWritesIter(t *testing.T, e storage.Engine) {
 			})
 		}
 	}
+}
+
+// testReadYourWritesAfterRewrite: an iterator sees the newest write of a
+// key written, read by an iterator and written again in one transaction
+// (a batch of requests on one key, each ranging over what the one before
+// wrote).
+func testReadYourWritesAfterRewrite(t *testing.T, e storage.Engine) {
+	put(t, e, "a", "A")
+	tx := begin(t, e)
+	defer tx.Rollback()
+	set(t, tx, "a", "A1")
+	set(t, tx, "b", "B1")
+	wantScan(t, tx, storage.IterOptions{}, kvs("a", "A1", "b", "B1"))
+	set(t, tx, "a", "A2")
+	del(t, tx, "b")
+	set(t, tx, "c", "C")
+	wantScan(t, tx, storage.IterOptions{}, kvs("a", "A2", "c", "C"))
+	set(t, tx, "b", "B3")
+	del(t, tx, "a")
+	wantScan(t, tx, storage.IterOptions{Reverse: true}, kvs("c", "C", "b", "B3"))
+	wantGet(t, tx, "a", nil)
+	wantGet(t, tx, "b", str("B3"))
 }
 
 func testSnapshotIsolation(t *testing.T, e storage.Engine) {
