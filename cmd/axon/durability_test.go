@@ -40,10 +40,19 @@ func buildAxon(t *testing.T) string {
 // added, and returns it with a client once the server answers.
 func startServe(t *testing.T, bin, dir string, flags ...string) (*exec.Cmd, *clientv3.Client) {
 	t.Helper()
+	return startServeWith(t, func(args ...string) *exec.Cmd { return exec.Command(bin, args...) }, dir, flags...)
+}
+
+// startServeWith is startServe with the command made by command from the
+// serve arguments; its stderr goes to the test's unless command set it.
+func startServeWith(t *testing.T, command func(args ...string) *exec.Cmd, dir string, flags ...string) (*exec.Cmd, *clientv3.Client) {
+	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", dir,
+	cmd := command(append([]string{"serve", "--data-dir", dir,
 		"--listen-client-urls", "http://" + addr, "--listen-metrics-urls", "http://" + freeAddr(t)}, flags...)...)
-	cmd.Stderr = os.Stderr
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

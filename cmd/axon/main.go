@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/memlimit"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
@@ -94,7 +95,7 @@ func serveCmd() *cobra.Command {
 	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
 	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
 	fl.Int64Var(&f.watchCacheBytes, "watch-cache-bytes", 32<<20, "memory for the leader's recent events (values and previous values), which watchers near the head are served from; older events are read from the engine (negative: only the 65,536-event bound)")
-	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: Badger's 64 MiB memtables, Go's default GC)")
+	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: GOMEMLIMIT if set, else 3/4 of the memory limit of the process's cgroup, else none; negative: none, Badger's 64 MiB memtables and Go's default GC)")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
@@ -157,11 +158,14 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.memoryBudget > 0 && os.Getenv("GOMEMLIMIT") == "" {
+	budget, from := memlimit.Budget(f.memoryBudget)
+	if budget > 0 && from != memlimit.FromGOMEMLIMIT && os.Getenv("GOMEMLIMIT") == "" {
 		// The GC works harder near the budget instead of letting garbage
 		// double the heap.
-		debug.SetMemoryLimit(f.memoryBudget)
+		debug.SetMemoryLimit(budget)
 	}
+	f.memoryBudget = budget
+	log.Info("memory budget", "bytes", budget, "from", from, "go-soft-limit", debug.SetMemoryLimit(-1))
 	// The metrics listener comes up first so that /readyz answers 503
 	// while the engine opens and the node recovers.
 	var (

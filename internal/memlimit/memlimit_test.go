@@ -1,0 +1,144 @@
+package memlimit
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/axon-kv/axon/internal/cgrouptest"
+)
+
+const meminfo = "MemTotal:       24684096 kB\nMemFree:        1000 kB\n"
+
+func TestCgroupLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+		ok    bool
+	}{
+		{"v1 limit of the process's group", map[string]string{
+			"proc/self/cgroup": "5:devices:/\n4:memory:/pods/p1\n0::/\n",
+			"sys/fs/cgroup/memory/pods/p1/memory.limit_in_bytes": "536870912\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":         "9223372036854771712\n",
+		}, 512 << 20, true},
+		{"v1 in a cgroup namespace", map[string]string{
+			"proc/self/cgroup":                           "4:memory:/\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": "268435456\n",
+		}, 256 << 20, true},
+		{"v1 controllers mounted together", map[string]string{
+			"proc/self/cgroup": "3:cpu,memory:/a\n",
+			"sys/fs/cgroup/memory/a/memory.limit_in_bytes": "268435456\n",
+		}, 256 << 20, true},
+		{"v1 limit of a parent group", map[string]string{
+			"proc/self/cgroup": "4:memory:/pods/p1/c1\n",
+			"sys/fs/cgroup/memory/pods/p1/c1/memory.limit_in_bytes": "9223372036854771712\n",
+			"sys/fs/cgroup/memory/pods/p1/memory.limit_in_bytes":    "268435456\n",
+			"sys/fs/cgroup/memory/pods/memory.limit_in_bytes":       "536870912\n",
+		}, 256 << 20, true},
+		{"v1 unlimited", map[string]string{
+			"proc/self/cgroup": "4:memory:/a\n",
+			"sys/fs/cgroup/memory/a/memory.limit_in_bytes": "9223372036854771712\n",
+		}, 0, false},
+		{"v2 limit", map[string]string{
+			"proc/self/cgroup":                       "0::/kubepods/pod1\n",
+			"sys/fs/cgroup/kubepods/pod1/memory.max": "1073741824\n",
+		}, 1 << 30, true},
+		{"v2 in a cgroup namespace", map[string]string{
+			"proc/self/cgroup":         "0::/\n",
+			"sys/fs/cgroup/memory.max": "1073741824\n",
+		}, 1 << 30, true},
+		{"v2 max", map[string]string{
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": "max\n",
+		}, 0, false},
+		{"hybrid: v2 under unified", map[string]string{
+			"proc/self/cgroup":                   "4:memory:/\n0::/a\n",
+			"sys/fs/cgroup/unified/a/memory.max": "1073741824\n",
+		}, 1 << 30, true},
+		{"limit above the machine's memory", map[string]string{
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": strconv.FormatInt(64<<30, 10),
+		}, 0, false},
+		{"no cgroup filesystem", map[string]string{
+			"proc/self/cgroup": "0::/a\n",
+		}, 0, false},
+		{"garbage", map[string]string{
+			"proc/self/cgroup":           "0::/a\nnonsense\n::\n",
+			"sys/fs/cgroup/a/memory.max": "lots\n",
+		}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			tc.files["proc/meminfo"] = meminfo
+			for name, body := range tc.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := CgroupLimit(root)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("CgroupLimit = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestBudgetPrefersTheFlagThenGOMEMLIMIT(t *testing.T) {
+	if b, src := Budget(123 << 20); b != 123<<20 || src != FromFlag {
+		t.Fatalf("Budget(flag) = %d, %s", b, src)
+	}
+	if os.Getenv("MEMLIMIT_HELPER") == "" {
+		out, err := helper(t, "TestBudgetPrefersTheFlagThenGOMEMLIMIT", "GOMEMLIMIT=300MiB")
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if !strings.Contains(out, fmt.Sprintf("budget %d GOMEMLIMIT", 300<<20)) {
+			t.Fatalf("with GOMEMLIMIT=300MiB the helper said %q", out)
+		}
+		return
+	}
+	b, src := Budget(0)
+	fmt.Printf("budget %d %s\n", b, src)
+}
+
+// helper runs the named test in a child with env added and
+// MEMLIMIT_HELPER set, and returns its output.
+func helper(t *testing.T, name string, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), "MEMLIMIT_HELPER=1"), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestBudgetFromARealCgroup runs a child process in a memory cgroup with
+// a 300 MiB limit (cgroup v1 or v2, as this machine mounts it; root only)
+// and checks that it plans for CgroupShare of it.
+func TestBudgetFromARealCgroup(t *testing.T) {
+	if os.Getenv("MEMLIMIT_HELPER") != "" {
+		b, src := Budget(0)
+		fmt.Printf("budget %d %s\n", b, src)
+		return
+	}
+	const limit = 300 << 20
+	g := cgrouptest.New(t, limit)
+	cmd := g.Command(os.Args[0], "-test.run=^TestBudgetFromARealCgroup$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "MEMLIMIT_HELPER=1", "GOMEMLIMIT=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := fmt.Sprintf("budget %d cgroup", int64(limit*CgroupShare))
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("the helper in a %d-byte cgroup said %q, want %q", limit, out, want)
+	}
+}
