@@ -9,11 +9,17 @@
 //
 // All state lives in a transactional engine under keys built by
 // LatestKey, HistoryKey, RevisionKey, MetaKey and LeaseKey (see keys.go).
-// A key's latest record carries its newest value and its touch revision:
-// the highest revision that read or wrote it. History records keep every
-// version for reads at a revision and for prev_kv. A revision record per
-// dealt revision lists its events (the durable event index) or marks it
-// fenced.
+// A key's latest record carries the metadata of its newest version
+// (revisions, version, lease, or a tombstone) and its touch revision: the
+// highest revision that read or wrote it. History records keep every
+// version, values included, for reads at a revision and for prev_kv. A
+// value is stored once, in the history record of its version: the latest
+// record, rewritten by every touch, holds none, and a read takes the
+// value from history (a list by one scan over its page's history, see
+// readValues). Compaction keeps the newest version of every key at or
+// below the compact revision, so a live key's value is always there. A
+// revision record per dealt revision lists its events (the durable event
+// index) or marks it fenced.
 //
 // # Order of truth
 //

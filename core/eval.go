@@ -285,12 +285,12 @@ func (tx *txnEval) writes() []Write {
 			rec = Record{Tombstone: true}
 		}
 		rec.Touch = tx.rev
-		enc := AppendRecord(nil, &rec)
-		ws = append(ws, Write{Key: LatestKey(e.key), Value: enc})
 		if e.written {
-			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: enc})
+			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: AppendRecord(nil, &rec)})
 			ws = e.attachWrites(ws)
 		}
+		rec.Value = nil // the value lives once, in history
+		ws = append(ws, Write{Key: LatestKey(e.key), Value: AppendRecord(nil, &rec)})
 	}
 	ws = append(ws, tx.extra...)
 	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr)})

@@ -10,8 +10,8 @@ import (
 // one-byte space tag, so Axon can share an engine with other data and
 // each space is one contiguous range:
 //
-//	latest   magic 'L' esc(key)               → latest record of key
-//	history  magic 'H' esc(key) BE64(rev)     → record of key at rev
+//	latest   magic 'L' esc(key)               → latest record of key, no value
+//	history  magic 'H' esc(key) BE64(rev)     → record of key at rev, with its value
 //	revision magic 'R' BE64(rev)              → what revision rev did
 //	meta     magic 'M' name                   → compact revision, ...
 //	lease    magic 'E' BE64(id)               → lease record

@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -58,8 +59,85 @@ func readLatest(rd Reader, key []byte) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec.Value = bytes.Clone(rec.Value)
+	if rec.Tombstone {
+		return &rec, nil
+	}
+	if rec.Value, err = valueOf(rd, key, rec.ModRev); err != nil {
+		return nil, err
+	}
 	return &rec, nil
+}
+
+// readValues fills in the values of kvs, ascending by key, from their
+// history records: one scan over the history of the keys' span when it
+// holds few other versions, a point read per key otherwise (a hot key
+// with thousands of versions in the span).
+func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	next := 0 // the first kv with no value yet
+	if len(kvs) > 2 {
+		want := HistoryKey(kvs[0].Key, kvs[0].ModRevision)
+		last := kvs[len(kvs)-1]
+		upper := HistoryKey(last.Key, last.ModRevision+1)
+		budget := 4*len(kvs) + 64 // records the scan may pass over
+		var err error
+		scanErr := rd.Scan(want, upper, false, 0, func(k, v []byte) bool {
+			if budget--; budget < 0 {
+				return false
+			}
+			c := bytes.Compare(k, want)
+			if c > 0 { // want's record is missing: a point read will say so
+				return false
+			}
+			if c < 0 {
+				return true
+			}
+			var rec Record
+			if rec, err = DecodeRecord(v); err != nil {
+				return false
+			}
+			kvs[next].Value = bytes.Clone(rec.Value)
+			if next++; next == len(kvs) {
+				return false
+			}
+			want = HistoryKey(kvs[next].Key, kvs[next].ModRevision)
+			return true
+		})
+		if scanErr != nil {
+			return scanErr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, kv := range kvs[next:] {
+		v, err := valueOf(rd, kv.Key, kv.ModRevision)
+		if err != nil {
+			return err
+		}
+		kv.Value = v
+	}
+	return nil
+}
+
+// valueOf reads the value key was given at revision modRev: a latest
+// record holds none, its value is in the history record of its version,
+// which compaction keeps while it is the key's newest.
+func valueOf(rd Reader, key []byte, modRev int64) ([]byte, error) {
+	v, ok, err := rd.Get(HistoryKey(key, modRev))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q has no history record at its revision %d", ErrBadRecord, key, modRev)
+	}
+	rec, err := DecodeRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(rec.Value), nil
 }
 
 // aliveAt collects the keys in [key, end) alive at revision rev, in
@@ -100,6 +178,7 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 		raw     []byte
 		kv      *mvccpb.KeyValue // nil: latest record newer than rev
 		counted bool             // past the page: only counted
+		value   bool             // kv's value is still to be read
 	}
 	var (
 		keys []seen
@@ -135,11 +214,9 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 			keys = append(keys, seen{raw: raw, kv: &mvccpb.KeyValue{}, counted: true})
 		default:
 			if p.keysOnly {
-				rec.Value, rec.Lease = nil, 0
-			} else {
-				rec.Value = bytes.Clone(rec.Value)
+				rec.Lease = 0
 			}
-			keys = append(keys, seen{raw: raw, kv: rec.keyValue(raw)})
+			keys = append(keys, seen{raw: raw, kv: rec.keyValue(raw), value: !p.keysOnly})
 			sure++
 		}
 		return true
@@ -148,6 +225,15 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 		return scanErr
 	}
 	if err != nil {
+		return err
+	}
+	var page []*mvccpb.KeyValue
+	for _, s := range keys {
+		if s.value {
+			page = append(page, s.kv)
+		}
+	}
+	if err := readValues(rd, page); err != nil {
 		return err
 	}
 	for _, s := range keys {
@@ -226,11 +312,12 @@ func keyOrdered(req *pb.RangeRequest) bool {
 // rangeAt answers a validated range at revision rev.
 func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter) (*pb.RangeResponse, error) {
 	if !keyOrdered(req) || (req.Limit <= 0 && !req.CountOnly) {
-		kvs, err := aliveAt(rd, req.Key, req.RangeEnd, rev)
-		if err != nil {
+		// Every key is read; values only if answered or sorted by.
+		p := pageScan{keep: -1, keysOnly: req.KeysOnly && req.SortTarget != pb.RangeRequest_VALUE}
+		if err := p.run(rd, req.Key, req.RangeEnd, rev); err != nil {
 			return nil, err
 		}
-		return shapeRange(req, kvs), nil
+		return shapeRange(req, p.kvs), nil
 	}
 	p := pageScan{keep: int(req.Limit), keysOnly: req.KeysOnly}
 	if req.CountOnly {

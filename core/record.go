@@ -11,7 +11,8 @@ import (
 var ErrBadRecord = errors.New("core: malformed engine record")
 
 // Record is the stored state of one key at one revision: a live value or
-// a tombstone. Latest and history records share the encoding.
+// a tombstone. Latest and history records share the encoding; a latest
+// record as stored holds no Value (it is read from history).
 type Record struct {
 	// Tombstone marks a deleted key, or in a latest record a key that was
 	// only read (touched) and never written.
