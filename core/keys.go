@@ -107,8 +107,13 @@ func DecodeLatestKey(b []byte) ([]byte, error) {
 // HistoryKey is the engine key of key's record at revision rev. For one
 // key, encodings sort by ascending revision.
 func HistoryKey(key []byte, rev int64) []byte {
-	b := appendEscaped(append(make([]byte, 0, len(key)+16), spacePrefix(spaceHistory)...), key)
-	return binary.BigEndian.AppendUint64(b, uint64(rev))
+	return appendHistoryKey(make([]byte, 0, len(key)+16), key, rev)
+}
+
+// appendHistoryKey appends HistoryKey(key, rev) to dst.
+func appendHistoryKey(dst, key []byte, rev int64) []byte {
+	dst = append(dst, magic[0], magic[1], magic[2], magic[3], spaceHistory)
+	return binary.BigEndian.AppendUint64(appendEscaped(dst, key), uint64(rev))
 }
 
 // DecodeHistoryKey returns the raw key and revision of a HistoryKey.

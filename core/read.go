@@ -102,7 +102,7 @@ func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
 			if next++; next == len(kvs) {
 				return false
 			}
-			want = HistoryKey(kvs[next].Key, kvs[next].ModRevision)
+			want = appendHistoryKey(want[:0], kvs[next].Key, kvs[next].ModRevision)
 			return true
 		})
 		if scanErr != nil {
