@@ -263,9 +263,9 @@ func (tx *txnEval) discard() {
 	tx.events, tx.extra = nil, nil
 }
 
-// writes renders the evaluation's engine writes: new latest and history
-// records for written keys, the touch for keys only read, and the
-// revision record.
+// writes renders the evaluation's engine writes: a history record (with
+// the value) and a latest record (without) for written keys, the touch
+// for keys only read, and the revision record.
 func (tx *txnEval) writes() []Write {
 	ws := make([]Write, 0, 2*len(tx.order)+1)
 	rr := RevisionRecord{Term: tx.term, Events: make([]RevisionEvent, 0, len(tx.events))}
