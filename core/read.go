@@ -78,12 +78,13 @@ func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
 	}
 	next := 0 // the first kv with no value yet
 	if len(kvs) > 2 {
-		want := HistoryKey(kvs[0].Key, kvs[0].ModRevision)
+		lower := HistoryKey(kvs[0].Key, kvs[0].ModRevision)
+		want := bytes.Clone(lower) // rewritten in place; lower stays the engine's
 		last := kvs[len(kvs)-1]
 		upper := HistoryKey(last.Key, last.ModRevision+1)
 		budget := 4*len(kvs) + 64 // records the scan may pass over
 		var err error
-		scanErr := rd.Scan(want, upper, false, 0, func(k, v []byte) bool {
+		scanErr := rd.Scan(lower, upper, false, 0, func(k, v []byte) bool {
 			if budget--; budget < 0 {
 				return false
 			}
