@@ -112,7 +112,7 @@ func HistoryKey(key []byte, rev int64) []byte {
 
 // appendHistoryKey appends HistoryKey(key, rev) to dst.
 func appendHistoryKey(dst, key []byte, rev int64) []byte {
-	dst = append(dst, magic[0], magic[1], magic[2], magic[3], spaceHistory)
+	dst = append(dst, spacePrefix(spaceHistory)...)
 	return binary.BigEndian.AppendUint64(appendEscaped(dst, key), uint64(rev))
 }
 

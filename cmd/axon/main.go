@@ -159,7 +159,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	budget, from := memlimit.Budget(f.memoryBudget)
-	if budget > 0 && from != memlimit.FromGOMEMLIMIT && os.Getenv("GOMEMLIMIT") == "" {
+	if budget > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		// The GC works harder near the budget instead of letting garbage
 		// double the heap.
 		debug.SetMemoryLimit(budget)

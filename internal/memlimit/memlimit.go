@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -108,20 +109,11 @@ func parseMembership(b []byte) []membership {
 		case id == "0" && ctrls == "":
 			v2 = append(v2, membership{mount: "", path: path, file: "memory.max"},
 				membership{mount: "unified", path: path, file: "memory.max"})
-		case containsWord(ctrls, "memory"):
+		case slices.Contains(strings.Split(ctrls, ","), "memory"):
 			v1 = append(v1, membership{mount: "memory", path: path, file: "memory.limit_in_bytes"})
 		}
 	}
 	return append(v1, v2...)
-}
-
-func containsWord(list, word string) bool {
-	for w := range strings.SplitSeq(list, ",") {
-		if w == word {
-			return true
-		}
-	}
-	return false
 }
 
 // parseLimit reads a cgroup memory limit: a byte count, or "max" (v2) or
