@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -246,7 +247,7 @@ func TestRetriesLeaveNoWaiters(t *testing.T) {
 	tries := 0
 	var got error
 	d.Lead(driver.Call{
-		Local: func(done func(error)) { tries++; done(core.ErrNoLeader) },
+		Local: func(done func(driver.Answer)) { tries++; done(driver.Answer{Err: core.ErrNoLeader}) },
 		Alive: func() bool { return tries < 5 },
 	}, func(err error) { got = err })
 	for i := 0; i < 10 && got == nil; i++ {
@@ -268,12 +269,34 @@ func TestFollowerPoint(t *testing.T) {
 	if got := d.FollowerPoint(true); got != 0 {
 		t.Fatalf("serializable point before learning: r%d, want 0", got)
 	}
-	d.Learn(7)
-	d.Learn(5) // an older answer arriving late
+	driver.Learn(d, 7)
+	driver.Learn(d, 5) // an older answer arriving late
 	if got := d.FollowerPoint(true); got != 7 {
 		t.Fatalf("serializable point: r%d, want r7", got)
 	}
 	if got := d.FollowerPoint(false); got != 0 {
 		t.Fatalf("linearizable point: r%d, want 0 (ask for a read index)", got)
+	}
+}
+
+// TestLeadLearnsAnsweredRevisions: the commit point a successful call
+// was answered with is learned (a serializable read here afterwards sees
+// the caller's write); a failed call's is not.
+func TestLeadLearnsAnsweredRevisions(t *testing.T) {
+	d, _, _, _ := newLeader(t)
+	lead := func(a driver.Answer) error {
+		var got error
+		d.Lead(driver.Call{Local: func(done func(driver.Answer)) { done(a) }}, func(err error) { got = err })
+		return got
+	}
+	if err := lead(driver.Answer{Rev: 9}); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("etcdserver: request timed out")
+	if err := lead(driver.Answer{Rev: 12, Err: failed}); !errors.Is(err, failed) {
+		t.Fatalf("failed call answered %v, want %v", err, failed)
+	}
+	if got := d.FollowerPoint(true); got != 9 {
+		t.Fatalf("serializable point: r%d, want r9 (the successful call's)", got)
 	}
 }

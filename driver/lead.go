@@ -24,16 +24,26 @@ type Call struct {
 	// Local runs the call on this member and calls done with its
 	// result, or with core.ErrNotLeader. It may block (the server's
 	// handlers do) or answer later (the simulator's).
-	Local func(done func(error))
+	Local func(done func(Answer))
 	// Remote sends the call to the leader at addr and calls done with
 	// its answer exactly once.
-	Remote func(addr string, done func(error))
+	Remote func(addr string, done func(Answer))
 	// Forwarded: the call came from another instance; it is not sent on
 	// (the sender retries with a fresh view of the leader).
 	Forwarded bool
 	// Alive says whether the caller still waits; a call nobody waits
 	// for is not tried again. Nil: always.
 	Alive func() bool
+}
+
+// Answer is how a call ended where it ran.
+type Answer struct {
+	// Rev is the leader's commit point the answer carries (its header
+	// revision; 0: none). Once the call succeeds the member learns it:
+	// a serializable read here afterwards sees at least what the client
+	// was answered.
+	Rev int64
+	Err error
 }
 
 // defaultRefused: errors that say a call was not applied where it went.
@@ -62,11 +72,18 @@ func (d *Driver) Lead(c Call, done func(error)) {
 		}
 		d.awaitLeader(try)
 	}
+	answered := func(a Answer) {
+		if a.Err == nil {
+			d.learn(a.Rev)
+		}
+		done(a.Err)
+	}
 	try = func() {
-		c.Local(func(err error) {
+		c.Local(func(a Answer) {
+			err := a.Err
 			switch {
 			case !d.refused(err):
-				done(err)
+				answered(a)
 			case !errors.Is(err, core.ErrNotLeader):
 				again(err)
 			case c.Forwarded:
@@ -77,12 +94,12 @@ func (d *Driver) Lead(c Call, done func(error)) {
 					again(err)
 					return
 				}
-				c.Remote(addr, func(err error) {
-					if d.refused(err) {
-						again(err)
+				c.Remote(addr, func(a Answer) {
+					if d.refused(a.Err) {
+						again(a.Err)
 						return
 					}
-					done(err)
+					answered(a)
 				})
 			}
 		})
@@ -96,21 +113,21 @@ func (d *Driver) Lead(c Call, done func(error)) {
 func (d *Driver) LeaderAddr(alive func() bool, done func(addr string, ok bool)) {
 	var addr string
 	d.Lead(Call{
-		Local: func(done func(error)) {
+		Local: func(done func(Answer)) {
 			if d.Step(nil, nil) {
-				done(nil) // we lead
+				done(Answer{}) // we lead
 				return
 			}
 			var ok bool
 			if addr, ok = d.leaderAddr(); !ok {
-				done(core.ErrNotLeader)
+				done(Answer{Err: core.ErrNotLeader})
 				return
 			}
-			done(nil)
+			done(Answer{})
 		},
-		Remote: func(a string, done func(error)) {
+		Remote: func(a string, done func(Answer)) {
 			addr = a
-			done(nil)
+			done(Answer{})
 		},
 		Alive: alive,
 	}, func(err error) { done(addr, err == nil && addr != "") })
@@ -244,25 +261,22 @@ func (d *Driver) readRound() {
 	d.mu.Unlock()
 	var rev int64
 	d.Lead(Call{
-		Local: func(done func(error)) {
+		Local: func(done func(Answer)) {
 			c, _, ok := d.ReadPoint()
 			if !ok {
-				done(core.ErrNotLeader)
+				done(Answer{Err: core.ErrNotLeader})
 				return
 			}
 			rev = c
-			done(nil)
+			done(Answer{Rev: c})
 		},
-		Remote: func(addr string, done func(error)) {
+		Remote: func(addr string, done func(Answer)) {
 			d.cfg.Transport.ReadIndex(addr, func(r int64, err error) {
 				rev = r
-				done(err)
+				done(Answer{Rev: r, Err: err})
 			})
 		},
 	}, func(err error) {
-		if err == nil {
-			d.Learn(rev)
-		}
 		for _, f := range batch {
 			f(rev, err)
 		}
@@ -270,8 +284,8 @@ func (d *Driver) readRound() {
 	})
 }
 
-// Learn notes a commit point seen in an answer from the leader.
-func (d *Driver) Learn(rev int64) {
+// learn notes a commit point seen in an answer from the leader.
+func (d *Driver) learn(rev int64) {
 	for {
 		k := d.known.Load()
 		if rev <= k || d.known.CompareAndSwap(k, rev) {

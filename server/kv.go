@@ -151,7 +151,6 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	if err != nil {
 		return out, err
 	}
-	k.s.drv.Learn(out.GetHeader().GetRevision())
 	k.s.fillHeader(out.GetHeader())
 	return out, nil
 }

@@ -180,18 +180,22 @@ func brokeOff(ctx context.Context, err error) error {
 // lead runs a call on the leader through the driver: local when this
 // instance leads, otherwise forwarded over the peer connection; a call
 // the leader refused before applying it runs again on the next leader.
-func (s *Server) lead(ctx context.Context, local func() error, remote func(ctx context.Context, cc *grpc.ClientConn) error) error {
+func (s *Server) lead(ctx context.Context, local func() (int64, error), remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) error {
 	ch := make(chan error, 1)
 	s.drv.Lead(driver.Call{
-		Local: func(done func(error)) { done(local()) },
-		Remote: func(addr string, done func(error)) {
+		Local: func(done func(driver.Answer)) {
+			rev, err := local()
+			done(driver.Answer{Rev: rev, Err: err})
+		},
+		Remote: func(addr string, done func(driver.Answer)) {
 			cc, err := s.peers.conn(addr)
 			if err != nil {
 				s.log.Warn("leader connection", "addr", addr, "err", err)
-				done(fmt.Errorf("%w: %v", core.ErrNotLeader, err))
+				done(driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)})
 				return
 			}
-			done(brokeOff(ctx, remote(forwardContext(ctx), cc)))
+			rev, err := remote(forwardContext(ctx), cc)
+			done(driver.Answer{Rev: rev, Err: brokeOff(ctx, err)})
 		},
 		Forwarded: forwarded(ctx),
 		Alive:     func() bool { return ctx.Err() == nil && s.ctx.Err() == nil },
@@ -251,17 +255,25 @@ func (s *Server) readIndex(ctx context.Context) (int64, error) {
 }
 
 // forward runs a unary call on the leader (see lead) and returns its
-// answer.
-func forward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+// answer, whose header revision the driver learns.
+func forward[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var out T
-	err := s.lead(ctx, func() (err error) {
+	err := s.lead(ctx, func() (rev int64, err error) {
 		out, err = local()
-		return err
-	}, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		return headerRev(out, err), err
+	}, func(ctx context.Context, cc *grpc.ClientConn) (rev int64, err error) {
 		out, err = remote(ctx, cc)
-		return err
+		return headerRev(out, err), err
 	})
 	return out, toGRPC(err)
+}
+
+// headerRev is the revision in a successful answer's header.
+func headerRev[T interface{ GetHeader() *pb.ResponseHeader }](out T, err error) int64 {
+	if err != nil {
+		return 0
+	}
+	return out.GetHeader().GetRevision()
 }
 
 // snapshot returns an engine transaction that sees every revision up to

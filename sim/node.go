@@ -344,8 +344,12 @@ func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
 	}
 	var got answer
 	n.drv.Lead(driver.Call{
-		Local:     func(done func(error)) { n.local(c, &got, done) },
-		Remote:    func(addr string, done func(error)) { n.forward(c, addr, &got, done) },
+		Local: func(done func(driver.Answer)) {
+			n.local(c, &got, func(err error) { done(driver.Answer{Rev: got.rev, Err: err}) })
+		},
+		Remote: func(addr string, done func(driver.Answer)) {
+			n.forward(c, addr, &got, func(err error) { done(driver.Answer{Rev: got.rev, Err: err}) })
+		},
 		Forwarded: forwarded,
 		Alive:     func() bool { return !c.done },
 	}, func(err error) { done(got, err) })
@@ -388,9 +392,6 @@ func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 		return
 	}
 	n.w.call(n, to, "forward", func(reply func(answer, error)) { to.serve(c, true, reply) }, func(a answer, err error) {
-		if err == nil {
-			n.drv.Learn(a.rev) // as the server learns from a forwarded answer
-		}
 		*got = a
 		done(err)
 	})
