@@ -6,5 +6,6 @@ func Waiting(d *Driver) int {
 	defer d.mu.Unlock()
 	return len(d.leaderWaiters)
 }
+
 // Learn notes a commit point as a successful call does (tests only).
 func Learn(d *Driver, rev int64) { d.learn(rev) }
