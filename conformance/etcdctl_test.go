@@ -385,6 +385,11 @@ func runEtcdctlScript(c *ctl) {
 	c.check("member list client URLs", slices.Contains(m.ClientURLs, scheme+c.endpoint), "clientURLs %v, want %s%s", m.ClientURLs, scheme, c.endpoint)
 	simple := c.ok("member", "list")
 	c.check("member list simple", strings.Contains(simple, fmt.Sprintf("%x, started, %s, ", m.ID, m.Name)), "output %q", simple)
+
+	snap := filepath.Join(c.t.TempDir(), "backup.db")
+	saved := c.ok("snapshot", "save", snap)
+	info, err := os.Stat(snap)
+	c.check("snapshot save", strings.Contains(saved, "Snapshot saved at "+snap) && err == nil && info.Size() > 0, "output %q, file: %v", saved, err)
 }
 
 // watchEtcdctl runs `etcdctl watch --prefix /w/` in the background, puts a

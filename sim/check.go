@@ -59,6 +59,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkState(evs); err != nil {
 		return err
 	}
+	if err := w.checkExport(evs); err != nil {
+		return err
+	}
 	if res.increments, err = w.checkSwaps(evs); err != nil {
 		return err
 	}
@@ -438,6 +441,69 @@ func (w *World) checkState(evs []core.Event) error {
 	left := slices.Sorted(maps.Keys(want))
 	if len(left) > 0 {
 		return fmt.Errorf("final state: %q is missing, its events say %s", left[0], describeKV(want[left[0]]))
+	}
+	return nil
+}
+
+// checkExport compares a snapshot's content (core.Export at the final
+// commit point, what Maintenance.Snapshot sends) with the ground truth:
+// every event from the compact revision on, in order, then each key
+// alive at the compact revision with an older version, that version.
+func (w *World) checkExport(evs []core.Event) error {
+	var (
+		got       []string
+		compacted int64
+	)
+	err := w.final(func(rd storage.Reader, st core.State) error {
+		compacted = st.Compacted
+		return core.Export(rd, st.Compacted, st.Committed, 7, func(v core.Version) error {
+			if v.Rev < compacted {
+				v.Sub = 0 // these only need to be distinct
+			}
+			got = append(got, core.DescribeVersion(v))
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("exporting the final state: %w", err)
+	}
+	var want []string
+	base := map[string]*mvccpb.KeyValue{}
+	sub, last := int64(0), int64(0)
+	for _, ev := range evs {
+		if ev.Rev <= compacted {
+			if ev.Type == mvccpb.DELETE {
+				delete(base, string(ev.Kv.Key))
+			} else {
+				base[string(ev.Kv.Key)] = ev.Kv
+			}
+		}
+		if ev.Rev < compacted {
+			continue
+		}
+		if ev.Rev != last {
+			sub, last = 0, ev.Rev
+		}
+		v := core.Version{Rev: ev.Rev, Sub: sub, Tombstone: ev.Type == mvccpb.DELETE, KV: ev.Kv}
+		want = append(want, core.DescribeVersion(v))
+		sub++
+	}
+	for _, k := range slices.Sorted(maps.Keys(base)) {
+		if kv := base[k]; kv.ModRevision < compacted { // one at compacted came with the events
+			want = append(want, core.DescribeVersion(core.Version{Rev: kv.ModRevision, KV: kv}))
+		}
+	}
+	for i := range max(len(got), len(want)) {
+		g, wv := "nothing", "nothing"
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			wv = want[i]
+		}
+		if g != wv {
+			return fmt.Errorf("snapshot (compacted r%d): version %d is %s, the events say %s", compacted, i, g, wv)
+		}
 	}
 	return nil
 }

@@ -5,9 +5,11 @@ package etcdtest
 import (
 	"net"
 	"net/url"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -17,13 +19,48 @@ import (
 // serves gRPC and the JSON gateway).
 func Start(t testing.TB) url.URL {
 	t.Helper()
-	cfg := embed.NewConfig()
+	cfg := config(t)
 	cfg.Dir = t.TempDir()
+	return start(t, cfg)
+}
+
+// StartFromSnapshot restores an etcd snapshot file as `etcdutl snapshot
+// restore` does (its hash checked) and starts a one-member etcd on the
+// restored data, as Start does.
+func StartFromSnapshot(t testing.TB, snapshotPath string) url.URL {
+	t.Helper()
+	cfg := config(t)
+	cfg.Dir = filepath.Join(t.TempDir(), "restored")
+	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath:        snapshotPath,
+		Name:                cfg.Name,
+		OutputDataDir:       cfg.Dir,
+		PeerURLs:            []string{cfg.AdvertisePeerUrls[0].String()},
+		InitialCluster:      cfg.InitialCluster,
+		InitialClusterToken: cfg.InitialClusterToken,
+	})
+	if err != nil {
+		t.Fatalf("restore %s: %v", snapshotPath, err)
+	}
+	return start(t, cfg)
+}
+
+// config is a one-member configuration on fresh loopback ports, quiet.
+func config(t testing.TB) *embed.Config {
+	cfg := embed.NewConfig()
 	client, peer := freeURL(t), freeURL(t)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return cfg
+}
+
+// start starts etcd on cfg, stopped when the test ends, and returns its
+// client URL once it is ready.
+func start(t testing.TB, cfg *embed.Config) url.URL {
+	t.Helper()
+	client := cfg.ListenClientUrls[0]
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatal(err)
