@@ -59,6 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzKeyOrder -fuzztime $(FUZZTIME) ./fuzz
 	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime $(FUZZTIME) ./fuzz
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./fuzz
+	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime $(FUZZTIME) ./fuzz
 
 lint:
 	gofmt -l . | (! grep .)

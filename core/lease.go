@@ -316,7 +316,7 @@ func (n *Node) respond(id RequestID, err error) {
 // leaseOp evaluates a grant or revoke at the work's revision.
 func (tx *txnEval) leaseOp(op *LeaseOp) error {
 	if !op.Revoke {
-		tx.extra = append(tx.extra, Write{Key: LeaseKey(op.ID), Value: binary.AppendUvarint(nil, uint64(op.TTL))})
+		tx.extra = append(tx.extra, leaseWrite(op.ID, op.TTL))
 		return nil
 	}
 	for _, k := range op.Keys {
@@ -333,6 +333,11 @@ func (tx *txnEval) leaseOp(op *LeaseOp) error {
 	}
 	tx.extra = append(tx.extra, Write{Key: LeaseKey(op.ID), Delete: true})
 	return nil
+}
+
+// leaseWrite stores lease id's record: its TTL.
+func leaseWrite(id, ttl int64) Write {
+	return Write{Key: LeaseKey(id), Value: binary.AppendUvarint(nil, uint64(ttl))}
 }
 
 // DecodeLeaseRecord returns the TTL stored in a lease record.

@@ -116,7 +116,12 @@ func CompactWrites(rd Reader, rev int64) ([]Write, error) {
 	if ok && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= rev {
 		return nil, nil
 	}
-	return []Write{{Key: MetaKey(MetaCompact), Value: binary.BigEndian.AppendUint64(nil, uint64(rev))}}, nil
+	return []Write{compactWrite(rev)}, nil
+}
+
+// compactWrite stores compact revision rev.
+func compactWrite(rev int64) Write {
+	return Write{Key: MetaKey(MetaCompact), Value: binary.BigEndian.AppendUint64(nil, uint64(rev))}
 }
 
 // ReadCompacted returns the stored compact revision (0 if none), for

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,9 +20,14 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/etcdsnap"
 	"github.com/axon-kv/axon/internal/etcdtest"
 	"github.com/axon-kv/axon/server"
+	"github.com/axon-kv/axon/storage"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
 	"github.com/axon-kv/axon/storage/memkv"
+	"github.com/axon-kv/axon/storage/tikv"
 )
 
 // saveSnapshot is `etcdctl snapshot save` against cli's endpoint: the
@@ -53,15 +59,16 @@ func everything(ctx context.Context, cli *clientv3.Client, rev int64) ([]*mvccpb
 	return resp.Kvs, nil
 }
 
-// sameKVs fails unless got and want are the same key-values.
-func sameKVs(t *testing.T, what string, got, want []*mvccpb.KeyValue) {
+// sameKVs fails unless the source's key-values (the store snapshotted)
+// and the restored store's are the same.
+func sameKVs(t *testing.T, what string, source, restored []*mvccpb.KeyValue) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: etcd has %d keys, Axon %d\netcd: %v\naxon: %v", what, len(got), len(want), got, want)
+	if len(source) != len(restored) {
+		t.Fatalf("%s: the source has %d keys, the restored store %d\nsource:   %v\nrestored: %v", what, len(source), len(restored), source, restored)
 	}
-	for i := range got {
-		if !proto.Equal(got[i], want[i]) {
-			t.Fatalf("%s: key %d: etcd %v, Axon %v", what, i, got[i], want[i])
+	for i := range source {
+		if !proto.Equal(source[i], restored[i]) {
+			t.Fatalf("%s: key %d: the source has %v, the restored store %v", what, i, source[i], restored[i])
 		}
 	}
 }
@@ -137,7 +144,7 @@ func TestSnapshotRestoresIntoEtcd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("etcd at r%d: %v", rev, err)
 		}
-		sameKVs(t, fmt.Sprintf("r%d", rev), got, want)
+		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
 	}
 	for _, c := range []*clientv3.Client{cli, ecli} {
 		if _, err := everything(ctx, c, compacted-1); !errors.Is(err, rpctypes.ErrCompacted) {
@@ -235,7 +242,7 @@ func TestSnapshotUnderWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameKVs(t, fmt.Sprintf("etcd's head against Axon at r%d", st.Revision), got, want)
+	sameKVs(t, fmt.Sprintf("Axon at r%d against the restored etcd's head", st.Revision), want, got)
 }
 
 // TestSnapshotCanceledLeavesNothing: a client that gives up in the middle
@@ -306,5 +313,224 @@ func TestSnapshotThroughAFollower(t *testing.T) {
 	}
 	if st.Revision != head || st.TotalKey != 20 {
 		t.Fatalf("snapshot through a follower: %+v, want revision %d and 20 keys", st, head)
+	}
+}
+
+// TestRestoreFromEtcd: an etcd snapshot (`etcdctl snapshot save` of a
+// real etcd) restored into an empty Badger store gives an Axon that
+// answers as that etcd does: every key at every revision since its
+// compaction, the compaction, the events of a multi-key txn, the lease
+// and its keys, and the next write at the revision etcd gives it.
+func TestRestoreFromEtcd(t *testing.T) {
+	u := etcdtest.Start(t)
+	ecli := dial(t, u.String())
+	ctx := t.Context()
+	put := func(k, v string, opts ...clientv3.OpOption) int64 {
+		t.Helper()
+		resp, err := ecli.Put(ctx, k, v, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	lease, err := ecli.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		put(fmt.Sprintf("/registry/pods/p%02d", i%7), fmt.Sprint(i))
+	}
+	put("/registry/leases/l", "held", clientv3.WithLease(lease.ID))
+	if _, err := ecli.Delete(ctx, "/registry/pods/p03"); err != nil {
+		t.Fatal(err)
+	}
+	compacted := put("/registry/pods/p00", "at-compaction")
+	if _, err := ecli.Compact(ctx, compacted, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	txn, err := ecli.Txn(ctx).Then(clientv3.OpPut("/registry/x", "1"), clientv3.OpDelete("/registry/pods/p01"), clientv3.OpPut("/registry/pods/p02", "txn")).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ecli.Delete(ctx, "/registry/pods/p04"); err != nil {
+		t.Fatal(err)
+	}
+	head := put("/registry/pods/p05", "\x00last\xff")
+	path, _, err := saveSnapshot(t, ctx, ecli)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	r, err := etcdsnap.Restore(ctx, path, eng, etcdsnap.RestoreOptions{})
+	if err != nil {
+		t.Fatalf("restore an etcd snapshot: %v", err)
+	}
+	if r.Revision != head || r.Compacted != compacted || r.Leases != 1 {
+		t.Errorf("restored %+v, want revision %d, compacted %d, 1 lease", r, head, compacted)
+	}
+	if _, err := etcdsnap.Restore(ctx, path, eng, etcdsnap.RestoreOptions{}); !errors.Is(err, etcdsnap.ErrNotEmpty) {
+		t.Errorf("a second restore into the same store: %v, want %v", err, etcdsnap.ErrNotEmpty)
+	}
+	_, cli, _ := serveEngine(t, eng, server.Config{})
+
+	for rev := compacted; rev <= head; rev++ {
+		want, err := everything(ctx, ecli, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := everything(ctx, cli, rev)
+		if err != nil {
+			t.Fatalf("Axon at r%d: %v", rev, err)
+		}
+		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
+	}
+	if _, err := everything(ctx, cli, compacted-1); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Errorf("Axon below the compact revision: %v, want %v", err, rpctypes.ErrCompacted)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wr := <-cli.Watch(wctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(txn.Header.Revision), clientv3.WithPrevKV())
+	if len(wr.Events) < 3 || wr.Events[0].Kv.ModRevision != txn.Header.Revision ||
+		string(wr.Events[0].Kv.Key) != "/registry/x" || wr.Events[1].Type != clientv3.EventTypeDelete || string(wr.Events[2].Kv.Value) != "txn" ||
+		string(wr.Events[2].PrevKv.Value) != "23" {
+		t.Errorf("Axon's events of the txn, as etcd ordered them: %v", wr.Events)
+	}
+	ttl, err := cli.TimeToLive(ctx, lease.ID, clientv3.WithAttachedKeys())
+	if err != nil || ttl.GrantedTTL != 600 || len(ttl.Keys) != 1 {
+		t.Errorf("the lease in Axon: %v %v", ttl, err)
+	}
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cli.Get(ctx, "/registry/leases/l"); err != nil || len(got.Kvs) != 0 {
+		t.Errorf("the leased key after the revoke: %v %v", got, err)
+	}
+	if _, err := ecli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, err := cli.Put(ctx, "/registry/after", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	enext, err := ecli.Put(ctx, "/registry/after", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Header.Revision != enext.Header.Revision {
+		t.Errorf("a write after the restore took r%d in Axon, r%d in etcd", next.Header.Revision, enext.Header.Revision)
+	}
+}
+
+// TestRestoreRefusesBadFiles: a damaged, truncated or foreign file is
+// refused with an error, and the store stays empty.
+func TestRestoreRefusesBadFiles(t *testing.T) {
+	_, cli := startServer(t, server.Config{})
+	ctx := t.Context()
+	for i := range 50 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/k/%d", i), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, _, err := saveSnapshot(t, ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)/2] ^= 0xff
+	for _, tc := range []struct {
+		name string
+		file []byte
+		skip bool
+		want error
+	}{
+		{"a flipped byte", flipped, false, etcdsnap.ErrHashMismatch},
+		{"cut short", good[:len(good)-100], false, etcdsnap.ErrNoHash},
+		{"cut short, hash not checked", good[:4096*2], true, nil},
+		{"garbage with a trailer's length", bytes.Repeat([]byte{0xab}, 4096+32), true, nil},
+		{"empty", nil, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "bad.db")
+			if err := os.WriteFile(p, tc.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			_, err = etcdsnap.Restore(ctx, p, eng, etcdsnap.RestoreOptions{SkipHashCheck: tc.skip})
+			if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("restore: %v, want an error (%v)", err, tc.want)
+			}
+			txn, err := eng.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txn.Rollback()
+			if empty, err := core.IsEmpty(storage.NewReader(txn)); err != nil || !empty {
+				t.Fatalf("the store after a refused restore: empty %v, %v", empty, err)
+			}
+		})
+	}
+}
+
+// TestRestoreIntoTiKV: the restore writes through the engine contract, so
+// a snapshot goes into TiKV (the mock cluster) as into Badger, and several
+// instances serve it.
+func TestRestoreIntoTiKV(t *testing.T) {
+	_, src := startServer(t, server.Config{})
+	ctx := t.Context()
+	var mid int64
+	for i := range 40 {
+		resp, err := src.Put(ctx, fmt.Sprintf("/t/%02d", i%9), fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 20 {
+			mid = resp.Header.Revision
+		}
+	}
+	if _, err := src.Compact(ctx, mid, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	path, _, err := saveSnapshot(t, ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 3, Sample: [][]byte{[]byte("/t/02"), []byte("/t/05")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	if _, err := etcdsnap.Restore(ctx, path, eng, etcdsnap.RestoreOptions{BatchBytes: 512}); err != nil {
+		t.Fatalf("restore into TiKV: %v", err)
+	}
+	c := startCluster(t, eng, 2)
+	l := c.awaitLeader()
+	cli := c.client(c.ins[(l+1)%2].addr)
+	head, err := src.Get(ctx, "/t/00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rev := range []int64{mid, head.Header.Revision} {
+		want, err := everything(ctx, src, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := everything(ctx, cli, rev)
+		if err != nil {
+			t.Fatalf("restored TiKV store at r%d, through a follower: %v", rev, err)
+		}
+		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
 	}
 }

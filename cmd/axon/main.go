@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
@@ -39,7 +40,7 @@ func main() {
 
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{Use: "axon", Short: "Axon: an etcd v3 compatible metadata store", SilenceUsage: true}
-	root.AddCommand(serveCmd(), simCmd(), benchCmd(), etcdRefCmd(), &cobra.Command{
+	root.AddCommand(serveCmd(), snapshotCmd(), simCmd(), benchCmd(), etcdRefCmd(), &cobra.Command{
 		Use: "version", Short: "Print versions",
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintf(cmd.OutOrStdout(), "axon (etcd API %s)\n", server.Version)
@@ -84,7 +85,7 @@ func serveCmd() *cobra.Command {
 	fl.StringSliceVar(&f.listenMetrics, "listen-metrics-urls", []string{"http://127.0.0.1:2381"}, "URLs to serve /health, /readyz and /metrics on (https uses the client TLS flags)")
 	fl.StringSliceVar(&f.listenPeer, "listen-peer-urls", nil, "URLs other instances forward to (default: none, they use the client URLs); https uses the peer TLS flags")
 	fl.StringSliceVar(&f.advertisePeer, "initial-advertise-peer-urls", nil, "peer URLs to advertise (default: the listen peer URLs)")
-	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
+	f.registerEngine(fl)
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
@@ -105,15 +106,21 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
 	fl.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener")
+	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
+	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
+	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
+	return cmd
+}
+
+// registerEngine registers the flags that choose and reach the engine
+// (openEngine), shared by serve and snapshot restore.
+func (f *serveFlags) registerEngine(fl *pflag.FlagSet) {
+	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
 	fl.StringVar(&f.store, "store", "badger", "engine: badger (embedded, one instance) or tikv (shared by several instances)")
 	fl.StringSliceVar(&f.pdEndpoints, "pd-endpoints", nil, "PD addresses of the TiKV cluster (host:port,...), with --store tikv")
 	fl.StringVar(&f.pdCA, "pd-cacert", "", "CA file for TLS to PD and TiKV")
 	fl.StringVar(&f.pdCert, "pd-cert", "", "client certificate file for TLS to PD and TiKV")
 	fl.StringVar(&f.pdKey, "pd-key", "", "client key file for TLS to PD and TiKV")
-	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
-	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
-	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
-	return cmd
 }
 
 // quotaFor is the quota the flags ask for; with Badger it watches the data

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/axon-kv/axon/internal/etcdsnap"
+)
+
+func snapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Restore an etcd snapshot (`etcdctl snapshot save` of etcd or of Axon) into an empty store",
+	}
+	cmd.AddCommand(snapshotRestoreCmd())
+	return cmd
+}
+
+func snapshotRestoreCmd() *cobra.Command {
+	var (
+		f        serveFlags
+		skipHash bool
+	)
+	cmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Load an etcd snapshot into an empty Badger data dir (or TiKV cluster): every key, value, revision, lease and the compaction, as etcd had them",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			eng, _, err := openEngine(cmd.Context(), f, log)
+			if err != nil {
+				return err
+			}
+			r, err := etcdsnap.Restore(cmd.Context(), args[0], eng, etcdsnap.RestoreOptions{SkipHashCheck: skipHash})
+			if cerr := eng.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %s: revision %d, compacted at %d, %d versions, %d leases\n", args[0], r.Revision, r.Compacted, r.Versions, r.Leases)
+			return nil
+		},
+	}
+	f.registerEngine(cmd.Flags())
+	cmd.Flags().BoolVar(&skipHash, "skip-hash-check", false, "restore a file with no SHA-256 trailer (a db file copied from an etcd data directory) or a wrong one")
+	return cmd
+}
