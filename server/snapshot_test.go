@@ -73,6 +73,32 @@ func sameKVs(t *testing.T, what string, source, restored []*mvccpb.KeyValue) {
 	}
 }
 
+// sameAt fails unless the restored store answers every key at each of
+// revs as the source does.
+func sameAt(t *testing.T, ctx context.Context, source, restored *clientv3.Client, revs ...int64) {
+	t.Helper()
+	for _, rev := range revs {
+		want, err := everything(ctx, source, rev)
+		if err != nil {
+			t.Fatalf("the source at r%d: %v", rev, err)
+		}
+		got, err := everything(ctx, restored, rev)
+		if err != nil {
+			t.Fatalf("the restored store at r%d: %v", rev, err)
+		}
+		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
+	}
+}
+
+// revisions lists [from, to].
+func revisions(from, to int64) []int64 {
+	var out []int64
+	for r := from; r <= to; r++ {
+		out = append(out, r)
+	}
+	return out
+}
+
 // TestSnapshotRestoresIntoEtcd: `etcdctl snapshot save` of Axon gives an
 // etcd snapshot. etcdutl reads its status and restores it (hash
 // checked), and an etcd started on it answers as Axon does: keys,
@@ -135,17 +161,7 @@ func TestSnapshotRestoresIntoEtcd(t *testing.T) {
 
 	u := etcdtest.StartFromSnapshot(t, path)
 	ecli := dial(t, u.String())
-	for rev := compacted; rev <= head; rev++ {
-		want, err := everything(ctx, cli, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := everything(ctx, ecli, rev)
-		if err != nil {
-			t.Fatalf("etcd at r%d: %v", rev, err)
-		}
-		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
-	}
+	sameAt(t, ctx, cli, ecli, revisions(compacted, head)...)
 	for _, c := range []*clientv3.Client{cli, ecli} {
 		if _, err := everything(ctx, c, compacted-1); !errors.Is(err, rpctypes.ErrCompacted) {
 			t.Errorf("read below the compact revision: %v, want %v", err, rpctypes.ErrCompacted)
@@ -378,17 +394,7 @@ func TestRestoreFromEtcd(t *testing.T) {
 	}
 	_, cli, _ := serveEngine(t, eng, server.Config{})
 
-	for rev := compacted; rev <= head; rev++ {
-		want, err := everything(ctx, ecli, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := everything(ctx, cli, rev)
-		if err != nil {
-			t.Fatalf("Axon at r%d: %v", rev, err)
-		}
-		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
-	}
+	sameAt(t, ctx, ecli, cli, revisions(compacted, head)...)
 	if _, err := everything(ctx, cli, compacted-1); !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Errorf("Axon below the compact revision: %v, want %v", err, rpctypes.ErrCompacted)
 	}
@@ -522,15 +528,5 @@ func TestRestoreIntoTiKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rev := range []int64{mid, head.Header.Revision} {
-		want, err := everything(ctx, src, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := everything(ctx, cli, rev)
-		if err != nil {
-			t.Fatalf("restored TiKV store at r%d, through a follower: %v", rev, err)
-		}
-		sameKVs(t, fmt.Sprintf("r%d", rev), want, got)
-	}
+	sameAt(t, ctx, src, cli, mid, head.Header.Revision)
 }
