@@ -189,7 +189,9 @@ type Member struct {
 	role     Role
 	record   *ElectionRecord // last seen; nil: none or unknown
 	known    bool            // record was read at least once
-	electing bool
+	// electing is the election op whose result the member waits for;
+	// only one is out at a time.
+	electing *ElectOp
 	// steppedDown says why the member last stopped leading, for traces.
 	steppedDown string
 	lastRenew   time.Duration
@@ -263,7 +265,7 @@ func (m *Member) Ready() Ready {
 }
 
 func (m *Member) elect(op *ElectOp) {
-	m.electing = true
+	m.electing = op
 	m.ready.Work = append(m.ready.Work, &Work{Kind: WorkElect, Elect: op})
 }
 
@@ -281,7 +283,7 @@ func (m *Member) Tick(now time.Duration) {
 			m.leaseTick = now
 			m.node.Tick(now)
 		}
-		if m.electing {
+		if m.electing != nil {
 			return
 		}
 		if m.transferTo != nil {
@@ -303,7 +305,7 @@ func (m *Member) Tick(now time.Duration) {
 			m.stepDown("lease ran out while recovering")
 		}
 	case Follower:
-		if m.electing {
+		if m.electing != nil {
 			return
 		}
 		switch r := m.record; {
@@ -331,7 +333,7 @@ func (m *Member) leaseOver(now time.Duration) bool {
 // Refresh asks the member to read the election record again (e.g. when a
 // request forwarded to the believed leader was refused).
 func (m *Member) Refresh() {
-	if m.role == Follower && !m.electing {
+	if m.role == Follower && m.electing == nil {
 		m.elect(&ElectOp{Observe: true})
 	}
 }
@@ -407,8 +409,14 @@ func (m *Member) Done(w *Work, r Result) {
 
 // elected takes the outcome of an election record write or read.
 func (m *Member) elected(w *Work, eff *Effects, out Outcome) {
-	m.electing = false
 	op := w.Elect
+	if op != m.electing {
+		// Not the op this member waits for (a result delivered twice,
+		// or to the wrong member): acting on it could step a leader
+		// down over a campaign it never made.
+		return
+	}
+	m.electing = nil
 	if out != Committed || eff == nil {
 		if op.reason == electCampaign || op.reason == electTransfer {
 			m.known = false // the write may have landed: read again

@@ -300,3 +300,23 @@ func TestLeadLearnsAnsweredRevisions(t *testing.T) {
 		t.Fatalf("serializable point: r%d, want r9 (the successful call's)", got)
 	}
 }
+
+// TestLeaderIgnoresAnElectionResultItDidNotAskFor: the result of an
+// election op the member is not waiting for (one delivered twice, or a
+// crashed predecessor's campaign reported to its successor) changes
+// nothing; acted on, it stepped a leader down while the record still
+// named it, and the leader came back in the same term without knowing
+// what its first node had committed (simulator seed 237548).
+func TestLeaderIgnoresAnElectionResultItDidNotAskFor(t *testing.T) {
+	d, _, _, m := newLeader(t)
+	rec, ok := m.Leader()
+	if !ok {
+		t.Fatal("no record")
+	}
+	stale := &core.ElectionRecord{Holder: "ghost", Term: rec.Term - 1}
+	foreign := &core.Work{Kind: core.WorkElect, Elect: &core.ElectOp{Expect: stale, Next: core.ElectionRecord{Holder: "ghost", Term: rec.Term}}}
+	d.Done(foreign, driver.Result{Effects: &core.Effects{Record: &rec}, Outcome: core.Committed})
+	if !d.Step(nil, nil) {
+		t.Fatalf("a leader stepped down over a campaign it never made: %s", core.DescribeMember(m))
+	}
+}

@@ -74,6 +74,27 @@ func (w *World) check(res *Result) error {
 	return w.checkLinearizable(res)
 }
 
+// ledTerm is the node that led a term, and whose it was.
+type ledTerm struct {
+	by   string
+	node *core.Node
+}
+
+// checkTermLedOnce records that node nd of member id leads term, and a
+// violation if another node led that term before: a term is one
+// leader's, once. A second node in a term deals its revisions again
+// without knowing what the first one committed.
+func (w *World) checkTermLedOnce(id string, term int64, nd *core.Node) {
+	if w.ledBy == nil {
+		w.ledBy = map[int64]ledTerm{}
+	}
+	prev, ok := w.ledBy[term]
+	if ok && prev.node != nd && w.violation == nil {
+		w.violation = fmt.Errorf("term %d led twice: by a node of %s, then by another of %s", term, prev.by, id)
+	}
+	w.ledBy[term] = ledTerm{by: id, node: nd}
+}
+
 // linearEvents converts the ground truth for the checkers.
 func linearEvents(evs []core.Event) []linearizability.Event {
 	out := make([]linearizability.Event, len(evs))

@@ -25,8 +25,11 @@
 // every applied compare-and-swap on one key swapped the revision it
 // compared (no lost update, counters count every increment), a
 // linearizable history (linearizability) with every serializable read
-// the store as of its revision, and etcd's guarantees on every watch
-// stream; core invariants run after every step. Config's
+// the store as of its revision, etcd's guarantees on every watch
+// stream, and a snapshot (core.Export) that holds exactly the events
+// since the compaction and the versions alive at it; core invariants
+// run after every step, with one across nodes: a term is led by one
+// node, once. A crashed node's pending answers die with it. Config's
 // BreakDrift and SkipConflictChecks break an assumption or plant a bug,
 // for tests that prove the checkers see what they are for.
 // cmd/axon's `axon sim` runs one seed or a swarm.

@@ -43,8 +43,11 @@ const rpcTimeout = time.Second
 // lost request or answer: the request may have been served).
 func (w *World) call(a, b *node, what string, serve func(reply func(answer, error)), done func(answer, error)) {
 	over := false
+	// An answer reaches the incarnation that asked, or nobody: its
+	// connection died with it, as a crashed server's does.
+	epoch := a.epoch
 	finish := func(an answer, err error) {
-		if !over {
+		if !over && a.epoch == epoch {
 			over = true
 			done(an, err)
 		}

@@ -72,6 +72,7 @@ func (n *node) start() {
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Hooks: driver.Hooks{
 		Check: func(m *core.Member) {
 			if nd := m.Node(); nd != nil {
+				n.w.checkTermLedOnce(n.id(), m.Term(), nd)
 				n.lastCommitted = nd.Committed()
 				if err := nd.Invariants(); err != nil && n.w.violation == nil {
 					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
@@ -171,7 +172,9 @@ func (c simClock) AfterFunc(d time.Duration, f func()) { c.n.on(d, "backoff", f)
 // simExec runs work against the faulty engine in virtual time.
 type simExec struct{ n *node }
 
-func (e simExec) Exec(_ *driver.Driver, w *core.Work) { e.n.runWork(w) }
+// Exec runs w for the driver that handed it out, as the server's
+// executor does.
+func (e simExec) Exec(d *driver.Driver, w *core.Work) { e.n.runWork(d, w) }
 
 func (n *node) latency() time.Duration { return n.w.between(0, n.w.plan.EngineLatency) }
 
@@ -179,12 +182,12 @@ func (n *node) latency() time.Duration { return n.w.between(0, n.w.plan.EngineLa
 // (the snapshot), commit after the engine's latency, report after the
 // commit's. A commit later than half the engine deadline after begin is
 // refused: the deadline is what makes leader changes safe.
-func (n *node) runWork(wk *core.Work) {
+func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 	ctx := context.Background()
 	began := n.clock()
 	txn, err := n.w.eng.Begin(ctx)
 	if err != nil {
-		n.on(n.latency(), "work failed", func() { n.finish(wk, nil, core.NotApplied, err) })
+		n.on(n.latency(), "work failed", func() { n.finish(d, wk, nil, core.NotApplied, err) })
 		return
 	}
 	mtx := txn.(*memkv.Txn)
@@ -200,7 +203,7 @@ func (n *node) runWork(wk *core.Work) {
 	case core.WorkCatchUp:
 		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
 		txn.Rollback()
-		n.on(mtx.Delay(), "catchup", func() { n.drv.Done(wk, driver.Result{Events: evs, Last: last, Err: err}) })
+		n.on(mtx.Delay(), "catchup", func() { d.Done(wk, driver.Result{Events: evs, Last: last, Err: err}) })
 		return
 	case core.WorkRecover:
 		st, err := core.Recover(storage.NewReader(txn))
@@ -208,28 +211,28 @@ func (n *node) runWork(wk *core.Work) {
 		if err != nil {
 			n.w.note("%s recover failed: %v", n.id(), err)
 		}
-		n.on(mtx.Delay(), "recovered", func() { n.drv.Done(wk, driver.Result{State: st, Err: err}) })
+		n.on(mtx.Delay(), "recovered", func() { d.Done(wk, driver.Result{State: st, Err: err}) })
 		return
 	}
 	if n.w.cfg.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
 		// The planted bug: deal before knowing whether it writes.
-		_ = n.drv.Deal(wk)
+		_ = d.Deal(wk)
 	}
 	if n.w.cfg.DealEagerly && wk.Kind == core.WorkBatch {
 		for _, sub := range wk.Batch {
-			_ = n.drv.Deal(sub)
+			_ = d.Deal(sub)
 		}
 	}
-	eff, err := exec.Apply(txn, wk, n.drv)
+	eff, err := exec.Apply(txn, wk, d)
 	if out, done := exec.Settled(eff, err); done {
 		txn.Rollback()
-		n.on(mtx.Delay(), "work read-only", func() { n.finish(wk, eff, out, err) })
+		n.on(mtx.Delay(), "work read-only", func() { n.finish(d, wk, eff, out, err) })
 		return
 	}
 	n.on(mtx.Delay()+slow, "commit", func() {
 		if n.clock()-began > engineDeadline/2 {
 			txn.Rollback()
-			n.finish(wk, eff, core.NotApplied, fmt.Errorf("engine deadline passed"))
+			n.finish(d, wk, eff, core.NotApplied, fmt.Errorf("engine deadline passed"))
 			return
 		}
 		before := mtx.Delay()
@@ -251,7 +254,7 @@ func (n *node) runWork(wk *core.Work) {
 		if out != core.NotApplied {
 			n.recordAttempts(wk, eff)
 		}
-		n.on(mtx.Delay()-before, "committed", func() { n.finish(wk, eff, out, err) })
+		n.on(mtx.Delay()-before, "committed", func() { n.finish(d, wk, eff, out, err) })
 	})
 }
 
@@ -278,11 +281,11 @@ func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
 	}
 }
 
-func (n *node) finish(wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
+func (n *node) finish(d *driver.Driver, wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
 	if wk.Kind != core.WorkSweep {
 		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), out, errText(err))
 	}
-	n.drv.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
+	d.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
 }
 
 func errText(err error) string {

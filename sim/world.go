@@ -60,6 +60,10 @@ type World struct {
 	transferOnCompact bool
 	// violation is the first invariant broken inside a node.
 	violation error
+	// ledBy is who led each term: a term is one leader's, once. A
+	// member that led it again could deal its revisions a second time
+	// without knowing what its first node committed.
+	ledBy map[int64]ledTerm
 	expiries  []expiry
 	// expiryAttempts are lease expiries committed, maybe uncertainly.
 	expiryAttempts []attempt
