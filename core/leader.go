@@ -184,11 +184,11 @@ func (r Role) String() string {
 // election record, and a Node while it leads. Losing leadership is a
 // state change: the Node goes, the Member stays.
 type Member struct {
-	cfg      MemberConfig
-	now      time.Duration
-	role     Role
-	record   *ElectionRecord // last seen; nil: none or unknown
-	known    bool            // record was read at least once
+	cfg    MemberConfig
+	now    time.Duration
+	role   Role
+	record *ElectionRecord // last seen; nil: none or unknown
+	known  bool            // record was read at least once
 	// electing is the election op whose result the member waits for;
 	// only one is out at a time.
 	electing *ElectOp

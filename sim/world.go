@@ -63,8 +63,8 @@ type World struct {
 	// ledBy is who led each term: a term is one leader's, once. A
 	// member that led it again could deal its revisions a second time
 	// without knowing what its first node committed.
-	ledBy map[int64]ledTerm
-	expiries  []expiry
+	ledBy    map[int64]ledTerm
+	expiries []expiry
 	// expiryAttempts are lease expiries committed, maybe uncertainly.
 	expiryAttempts []attempt
 	// expired are the lease expiries surely applied.
