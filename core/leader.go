@@ -192,6 +192,8 @@ type Member struct {
 	// electing is the election op whose result the member waits for;
 	// only one is out at a time.
 	electing *ElectOp
+	// ledTerm is the last term this member had a node in.
+	ledTerm int64
 	// steppedDown says why the member last stopped leading, for traces.
 	steppedDown string
 	lastRenew   time.Duration
@@ -311,7 +313,10 @@ func (m *Member) Tick(now time.Duration) {
 		switch r := m.record; {
 		case !m.known:
 			m.elect(&ElectOp{Observe: true})
-		case r != nil && r.Holder == m.cfg.ID && r.Transfer && now < r.Deadline-m.cfg.MaxDrift:
+		case r != nil && r.Holder == m.cfg.ID && r.Transfer && now < r.Deadline-m.cfg.MaxDrift && r.Term > m.ledTerm:
+			// Handed over: start now. Not in a term this member led
+			// already: that node's writes may still land, and only the
+			// engine deadline, which a campaign waits out, settles them.
 			m.startRecovery(r)
 		case r == nil || m.cfg.Exclusive || now > r.Deadline+m.cfg.EngineDeadline+m.cfg.MaxDrift:
 			var term int64
@@ -461,6 +466,7 @@ func (m *Member) recovered(st State, err error) {
 	cfg := m.cfg.Node
 	cfg.Term = m.term
 	m.node = NewNode(cfg, st)
+	m.ledTerm = m.term
 	m.node.Tick(m.now)
 	m.leaseTick = m.now
 	m.role = Leader
