@@ -21,6 +21,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
 )
 
 var (
@@ -306,10 +307,8 @@ func (b *batchWriter) flush() error {
 		return err
 	}
 	defer txn.Rollback()
-	for _, w := range b.pending {
-		if err := txn.Set(w.Key, w.Value); err != nil {
-			return fmt.Errorf("etcdsnap: restore: %w", err)
-		}
+	if err := exec.Buffer(txn, b.pending); err != nil {
+		return fmt.Errorf("etcdsnap: restore: %w", err)
 	}
 	if err := txn.Commit(b.ctx); err != nil {
 		return fmt.Errorf("etcdsnap: restore: %w", err)

@@ -50,17 +50,26 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, wr := range eff.Writes {
-		if wr.Delete {
-			err = txn.Delete(wr.Key)
-		} else {
-			err = txn.Set(wr.Key, wr.Value)
-		}
-		if err != nil {
-			return nil, err
-		}
+	if err := Buffer(txn, eff.Writes); err != nil {
+		return nil, err
 	}
 	return eff, nil
+}
+
+// Buffer buffers core's writes in txn, for its commit.
+func Buffer(txn storage.Txn, ws []core.Write) error {
+	for _, w := range ws {
+		var err error
+		if w.Delete {
+			err = txn.Delete(w.Key)
+		} else {
+			err = txn.Set(w.Key, w.Value)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Outcome classifies a commit error.
