@@ -3,6 +3,8 @@ package core
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // Importer turns a store's versions, as an etcd snapshot holds them (its
@@ -16,7 +18,6 @@ type Importer struct {
 	last      Version // the previous version added (Rev 0: none yet)
 	events    []RevisionEvent
 	latest    map[string]Record
-	keys      [][]byte // latest's keys, in first-seen order
 }
 
 // NewImporter starts an import of a store compacted at revision
@@ -42,9 +43,6 @@ func (im *Importer) Add(v Version) ([]Write, error) {
 		rec = Record{Touch: v.Rev, ModRev: v.Rev, CreateRev: v.KV.CreateRevision, Version: v.KV.Version, Lease: v.KV.Lease, Value: v.KV.Value}
 	}
 	ws = append(ws, Write{Key: HistoryKey(v.KV.Key, v.Rev), Value: AppendRecord(nil, &rec)})
-	if _, ok := im.latest[string(v.KV.Key)]; !ok {
-		im.keys = append(im.keys, bytes.Clone(v.KV.Key))
-	}
 	rec.Value = nil // the value lives once, in history
 	im.latest[string(v.KV.Key)] = rec
 	im.events = append(im.events, RevisionEvent{Delete: v.Tombstone, Key: bytes.Clone(v.KV.Key)})
@@ -97,11 +95,11 @@ func (im *Importer) Finish(leases []LeaseState) []Write {
 	if head := im.compacted; head > im.last.Rev {
 		ws = append(ws, Write{Key: RevisionKey(head), Value: AppendRevisionRecord(nil, &RevisionRecord{})})
 	}
-	for _, k := range im.keys {
-		rec := im.latest[string(k)]
-		ws = append(ws, Write{Key: LatestKey(k), Value: AppendRecord(nil, &rec)})
+	for _, k := range slices.Sorted(maps.Keys(im.latest)) {
+		rec := im.latest[k]
+		ws = append(ws, Write{Key: LatestKey([]byte(k)), Value: AppendRecord(nil, &rec)})
 		if rec.alive() && rec.Lease != 0 {
-			ws = append(ws, Write{Key: AttachKey(rec.Lease, k), Value: []byte{1}})
+			ws = append(ws, Write{Key: AttachKey(rec.Lease, []byte(k)), Value: []byte{1}})
 		}
 	}
 	for _, l := range leases {

@@ -26,7 +26,7 @@ func Recover(rd Reader) (State, error) {
 	// etcd starts at revision 1 before any write; the apiserver rejects
 	// a list at revision 0.
 	st.Committed = max(st.Committed, 1)
-	if st.Leases, err = recoverLeases(rd); err != nil {
+	if st.Leases, err = ReadLeases(rd); err != nil {
 		return State{}, err
 	}
 	if st.NoSpace, err = ReadNoSpace(rd); err != nil {
@@ -35,9 +35,9 @@ func Recover(rd Reader) (State, error) {
 	return st, nil
 }
 
-// recoverLeases reads the lease records and the keys attached to each
+// ReadLeases reads the lease records and the keys attached to each
 // from the attachment index.
-func recoverLeases(rd Reader) ([]LeaseState, error) {
+func ReadLeases(rd Reader) ([]LeaseState, error) {
 	var (
 		out   []LeaseState
 		index = map[int64]int{}

@@ -87,11 +87,11 @@ func (m maintenanceServer) writeSnapshot(stream pb.Maintenance_SnapshotServer, p
 	if err := core.Export(rd, compacted, c, 0, w.Put); err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	st, err := core.Recover(rd)
+	leases, err := core.ReadLeases(rd)
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	for _, l := range st.Leases {
+	for _, l := range leases {
 		if err := w.Lease(l.ID, l.TTL); err != nil {
 			return 0, err
 		}
