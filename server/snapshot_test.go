@@ -73,6 +73,16 @@ func sameKVs(t *testing.T, what string, source, restored []*mvccpb.KeyValue) {
 	}
 }
 
+// putRev puts k=v through cli and returns the write's revision.
+func putRev(t *testing.T, ctx context.Context, cli *clientv3.Client, k, v string, opts ...clientv3.OpOption) int64 {
+	t.Helper()
+	resp, err := cli.Put(ctx, k, v, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
 // sameAt fails unless the restored store answers every key at each of
 // revs as the source does.
 func sameAt(t *testing.T, ctx context.Context, source, restored *clientv3.Client, revs ...int64) {
@@ -108,14 +118,7 @@ func revisions(from, to int64) []int64 {
 func TestSnapshotRestoresIntoEtcd(t *testing.T) {
 	_, cli := startServer(t, server.Config{})
 	ctx := t.Context()
-	put := func(k, v string, opts ...clientv3.OpOption) int64 {
-		t.Helper()
-		resp, err := cli.Put(ctx, k, v, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	put := func(k, v string, opts ...clientv3.OpOption) int64 { return putRev(t, ctx, cli, k, v, opts...) }
 	put("/a", "1")
 	put("/b", "1")
 	put("/c", "1")
@@ -341,14 +344,7 @@ func TestRestoreFromEtcd(t *testing.T) {
 	u := etcdtest.Start(t)
 	ecli := dial(t, u.String())
 	ctx := t.Context()
-	put := func(k, v string, opts ...clientv3.OpOption) int64 {
-		t.Helper()
-		resp, err := ecli.Put(ctx, k, v, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	put := func(k, v string, opts ...clientv3.OpOption) int64 { return putRev(t, ctx, ecli, k, v, opts...) }
 	lease, err := ecli.Grant(ctx, 600)
 	if err != nil {
 		t.Fatal(err)
