@@ -36,7 +36,7 @@ func SweepStep(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
 	switch {
 	case bytes.Compare(s.Next, spacePrefix(spaceHistory+1)) < 0:
 		return sweepHistory(rd, s, limit)
-	case bytes.Compare(s.Next, RevisionKey(s.Rev)) < 0 && bytes.HasPrefix(s.Next, spacePrefix(spaceRevision)):
+	case bytes.HasPrefix(s.Next, spacePrefix(spaceRevision)):
 		return sweepRevisions(rd, s, limit)
 	case bytes.Compare(s.Next, spacePrefix(spaceLatest+1)) < 0 && bytes.HasPrefix(s.Next, spacePrefix(spaceLatest)):
 		return sweepLatest(rd, s, limit)
@@ -111,27 +111,33 @@ func sweepHistory(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
 		s.Next = next
 		return s, dels, nil
 	}
-	s.Next = RevisionKey(0)
+	s.Next = RevisionShardStart(0)
 	return s, dels, nil
 }
 
+// sweepRevisions deletes the revision records below the compact
+// revision, shard after shard.
 func sweepRevisions(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
 	var dels []Write
-	var next []byte
-	err := rd.Scan(s.Next, RevisionKey(s.Rev), false, limit+1, func(k, _ []byte) bool {
-		if len(dels) >= limit {
-			next = bytes.Clone(k)
-			return false
+	for len(s.Next) > 5 && int(s.Next[5]) < RevisionShards {
+		shard := int(s.Next[5])
+		var next []byte
+		err := rd.Scan(s.Next, shardRevisionKey(shard, s.Rev), false, limit-len(dels)+1, func(k, _ []byte) bool {
+			if len(dels) >= limit {
+				next = bytes.Clone(k)
+				return false
+			}
+			dels = append(dels, Write{Key: bytes.Clone(k), Delete: true})
+			return true
+		})
+		if err != nil {
+			return s, nil, err
 		}
-		dels = append(dels, Write{Key: bytes.Clone(k), Delete: true})
-		return true
-	})
-	if err != nil {
-		return s, nil, err
-	}
-	if next != nil {
-		s.Next = next
-		return s, dels, nil
+		if next != nil {
+			s.Next = next
+			return s, dels, nil
+		}
+		s.Next = RevisionShardStart(shard + 1)
 	}
 	s.Next = spacePrefix(spaceLatest)
 	return s, dels, nil

@@ -55,24 +55,15 @@ func exportEvents(rd Reader, from, to int64, batch int, fn func(Version) error) 
 		rec RevisionRecord
 	}
 	for from <= to {
-		var (
-			recs   []revRec
-			decErr error
-		)
-		err := rd.Scan(RevisionKey(from), RevisionKey(to+1), false, batch, func(k, v []byte) bool {
-			var rr revRec
-			if rr.rev, decErr = DecodeRevisionKey(k); decErr != nil {
-				return false
+		var recs []revRec
+		err := scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
+			rec, err := DecodeRevisionRecord(v)
+			if err != nil {
+				return false, err
 			}
-			if rr.rec, decErr = DecodeRevisionRecord(bytes.Clone(v)); decErr != nil {
-				return false
-			}
-			recs = append(recs, rr)
-			return len(recs) < batch
+			recs = append(recs, revRec{rev, rec})
+			return len(recs) < batch, nil
 		})
-		if err == nil {
-			err = decErr
-		}
 		if err != nil {
 			return err
 		}

@@ -12,22 +12,34 @@ import (
 //
 //	latest   magic 'L' esc(key)               → latest record of key, no value
 //	history  magic 'H' esc(key) BE64(rev)     → record of key at rev, with its value
-//	revision magic 'R' BE64(rev)              → what revision rev did
-//	meta     magic 'M' name                   → compact revision, ...
+//	revision magic 'S' shard BE64(rev)        → what revision rev did
+//	meta     magic 'M' name                   → compact revision, format, ...
 //	lease    magic 'E' BE64(id)               → lease record
+//	attach   magic 'A' BE64(id) esc(key)      → key is attached to lease id
 //
 // esc is an order-preserving, prefix-free escaping, so any binary key
 // works and encodings sort exactly as raw keys do.
+//
+// Revision records are spread over RevisionShards shards by revision
+// (shard = rev mod RevisionShards): a key that grew with the revision
+// would put every write transaction into the one engine region holding
+// the tail of the space (on TiKV, one Raft group takes every write).
+// Within a shard records sort by revision; a scan by revision merges the
+// shards (scanRevisions). Stores of format 2 and before kept them in one
+// range, magic 'R' BE64(rev); only the upgrade reads that (format.go).
 var magic = [4]byte{0x57, 0xfb, 0x80, 0x8b}
 
 // Space tags.
 const (
 	spaceLatest   byte = 'L'
 	spaceHistory  byte = 'H'
-	spaceRevision byte = 'R'
-	spaceMeta     byte = 'M'
-	spaceLease    byte = 'E'
-	spaceAttach   byte = 'A'
+	spaceRevision byte = 'S'
+	// spaceRevisionV2 held the unsharded revision records of format 2
+	// and before (LegacyRevisionKey).
+	spaceRevisionV2 byte = 'R'
+	spaceMeta       byte = 'M'
+	spaceLease      byte = 'E'
+	spaceAttach     byte = 'A'
 )
 
 // Escaping: 0x00 becomes 0x00 0xFF and a key ends with 0x00 0x01. The
@@ -128,17 +140,43 @@ func DecodeHistoryKey(b []byte) (key []byte, rev int64, err error) {
 	return key, int64(binary.BigEndian.Uint64(rest)), nil
 }
 
+// RevisionShards is how many shards the revision records are spread
+// over. It is part of the store's format: changing it is an upgrade.
+const RevisionShards = 16
+
+// revisionShard is the shard of revision rev's record.
+func revisionShard(rev int64) int { return int(uint64(rev) % RevisionShards) }
+
 // RevisionKey is the engine key of revision rev's record.
-func RevisionKey(rev int64) []byte {
-	return binary.BigEndian.AppendUint64(spacePrefix(spaceRevision), uint64(rev))
+func RevisionKey(rev int64) []byte { return shardRevisionKey(revisionShard(rev), rev) }
+
+// shardRevisionKey is the key of revision rev in shard s: the bound of a
+// scan within the shard (rev need not belong to it).
+func shardRevisionKey(s int, rev int64) []byte {
+	return binary.BigEndian.AppendUint64(append(spacePrefix(spaceRevision), byte(s)), uint64(rev))
 }
+
+// RevisionShardStart is the first engine key of revision shard s (s may
+// be RevisionShards: the end of the last shard). Regions of a TiKV
+// cluster split well there.
+func RevisionShardStart(s int) []byte { return append(spacePrefix(spaceRevision), byte(s)) }
 
 // DecodeRevisionKey returns the revision of a RevisionKey.
 func DecodeRevisionKey(b []byte) (int64, error) {
-	if !headerOK(b, spaceRevision) || len(b) != 13 {
+	if !headerOK(b, spaceRevision) || len(b) != 14 {
 		return 0, ErrBadKey
 	}
-	return int64(binary.BigEndian.Uint64(b[5:])), nil
+	rev := int64(binary.BigEndian.Uint64(b[6:]))
+	if int(b[5]) != revisionShard(rev) {
+		return 0, ErrBadKey
+	}
+	return rev, nil
+}
+
+// LegacyRevisionKey is where format 2 and before kept revision rev's
+// record.
+func LegacyRevisionKey(rev int64) []byte {
+	return binary.BigEndian.AppendUint64(spacePrefix(spaceRevisionV2), uint64(rev))
 }
 
 // LeaseKey is the engine key of lease id's record.

@@ -78,11 +78,28 @@ func TestRevisionAndLeaseKeysRoundTrip(t *testing.T) {
 	}
 }
 
-func TestRevisionKeysSortByRevision(t *testing.T) {
-	revs := []int64{0, 1, 2, 255, 256, 65535, 1 << 32, math.MaxInt64}
+func TestRevisionKeysSortByRevisionWithinAShard(t *testing.T) {
+	revs := []int64{3, 19, 259, 65539, 1<<32 + 3, math.MaxInt64 - 12}
 	for i := 1; i < len(revs); i++ {
 		if bytes.Compare(core.RevisionKey(revs[i-1]), core.RevisionKey(revs[i])) >= 0 {
 			t.Fatalf("RevisionKey(%d) does not sort below RevisionKey(%d)", revs[i-1], revs[i])
+		}
+	}
+}
+
+// TestConsecutiveRevisionsSpreadOverShards: no run of writes lands in one
+// range of the revision space (on TiKV, one region).
+func TestConsecutiveRevisionsSpreadOverShards(t *testing.T) {
+	seen := map[string]bool{}
+	for rev := int64(1000); rev < 1000+core.RevisionShards; rev++ {
+		k := core.RevisionKey(rev)
+		shard := string(k[:6])
+		if seen[shard] {
+			t.Fatalf("revision %d shares a shard with one of the %d before it", rev, core.RevisionShards-1)
+		}
+		seen[shard] = true
+		if bytes.Compare(k, core.RevisionShardStart(0)) < 0 || bytes.Compare(k, core.RevisionShardStart(core.RevisionShards)) >= 0 {
+			t.Fatalf("RevisionKey(%d) = %x lies outside the revision shards", rev, k)
 		}
 	}
 }

@@ -462,28 +462,18 @@ func ReadEvents(rd Reader, from, to int64, limit int) (events []Event, last int6
 		rev int64
 		rec RevisionRecord
 	}
-	var (
-		recs    []revRec
-		scanErr error
-	)
-	err = rd.Scan(RevisionKey(from), RevisionKey(to+1), false, limit, func(k, v []byte) bool {
-		var rev int64
-		if rev, scanErr = DecodeRevisionKey(k); scanErr != nil {
-			return false
-		}
-		var rec RevisionRecord
-		if rec, scanErr = DecodeRevisionRecord(bytes.Clone(v)); scanErr != nil {
-			return false
+	var recs []revRec
+	err = scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
+		rec, err := DecodeRevisionRecord(v)
+		if err != nil {
+			return false, err
 		}
 		if rec.Fenced || len(rec.Events) == 0 {
-			return true
+			return true, nil
 		}
 		recs = append(recs, revRec{rev, rec})
-		return limit <= 0 || len(recs) < limit
+		return limit <= 0 || len(recs) < limit, nil
 	})
-	if err == nil {
-		err = scanErr
-	}
 	if err != nil {
 		return nil, last, err
 	}

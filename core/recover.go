@@ -10,14 +10,7 @@ func Recover(rd Reader) (State, error) {
 		st  State
 		err error
 	)
-	scanErr := rd.Scan(RevisionKey(0), spacePrefix(spaceRevision+1), true, 1, func(k, _ []byte) bool {
-		st.Committed, err = DecodeRevisionKey(k)
-		return false
-	})
-	if scanErr != nil {
-		return State{}, scanErr
-	}
-	if err != nil {
+	if st.Committed, err = lastRevision(rd); err != nil {
 		return State{}, err
 	}
 	if st.Compacted, err = ReadCompacted(rd); err != nil {

@@ -21,6 +21,9 @@ import (
 // Config configures a Server.
 type Config struct {
 	Core core.Config
+	// UpgradeData lets New upgrade a store of an older format in place
+	// (axon serve --upgrade-data); without it such a store is refused.
+	UpgradeData bool
 	// Name identifies this instance in MemberList; MemberID defaults to
 	// a hash of it, so every instance of a cluster needs its own name.
 	MemberID  uint64
@@ -159,6 +162,9 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	}
 	if cfg.MemberID == 0 {
 		cfg.MemberID = memberID(cfg.Name)
+	}
+	if err := checkFormat(eng, cfg); err != nil {
+		return nil, err
 	}
 	nonce := make([]byte, 4)
 	_, _ = rand.Read(nonce)

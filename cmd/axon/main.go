@@ -62,6 +62,7 @@ type serveFlags struct {
 	pdEndpoints                                  []string
 	pdCA, pdCert, pdKey                          string
 	leaderLease, maxClockDrift, engineDeadline   time.Duration
+	upgradeData                                  bool
 	keepAlive                                    server.KeepAlive
 	quota                                        server.Quota
 	maxStreams                                   uint32
@@ -109,6 +110,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
+	fl.BoolVar(&f.upgradeData, "upgrade-data", false, "upgrade a data directory (or TiKV store) of an older format in place before serving; back it up first: older binaries cannot read it afterwards")
 	return cmd
 }
 
@@ -207,7 +209,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		advPeer = f.listenPeer
 	}
 	srv, err := server.New(server.Config{
-		Core: core.Config{MaxTxnOps: f.maxTxnOps, MaxPending: f.maxPending, RingBytes: f.watchCacheBytes}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive,
+		Core: core.Config{MaxTxnOps: f.maxTxnOps, MaxPending: f.maxPending, RingBytes: f.watchCacheBytes}, ClusterID: 0xa1b2c3d4, Exclusive: exclusive, UpgradeData: f.upgradeData,
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,

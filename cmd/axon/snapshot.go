@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/axon-kv/axon/internal/etcdsnap"
+	"github.com/axon-kv/axon/server"
 )
 
 func snapshotCmd() *cobra.Command {
@@ -34,7 +35,7 @@ func snapshotRestoreCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := etcdsnap.Restore(cmd.Context(), args[0], eng, etcdsnap.RestoreOptions{SkipHashCheck: skipHash})
+			r, err := etcdsnap.Restore(cmd.Context(), args[0], eng, etcdsnap.RestoreOptions{SkipHashCheck: skipHash, By: server.BinaryVersion()})
 			if cerr := eng.Close(); err == nil {
 				err = cerr
 			}

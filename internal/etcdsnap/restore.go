@@ -42,6 +42,8 @@ type RestoreOptions struct {
 	SkipHashCheck bool
 	// BatchBytes bounds one engine transaction (default 4 MiB).
 	BatchBytes int
+	// By names the binary restoring, in the store's format record.
+	By string
 }
 
 // Restored summarises a restore.
@@ -98,7 +100,9 @@ func Restore(ctx context.Context, path string, eng storage.Engine, opts RestoreO
 		if err != nil {
 			return err
 		}
-		if err := w.add(im.Finish(leases)); err != nil {
+		// The format is recorded last: a restore cut short leaves a store
+		// that no binary serves as complete.
+		if err := w.add(append(im.Finish(leases), core.FormatWrite(cmp.Or(opts.By, "axon snapshot restore")))); err != nil {
 			return err
 		}
 		out.Compacted, out.Leases = compacted, len(leases)
