@@ -1,0 +1,203 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/server"
+	"github.com/axon-kv/axon/storage"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
+	"github.com/axon-kv/axon/storage/exec"
+)
+
+// formatAnswers is testdata/formats/vN/answers.json: what the binary of
+// format N answered about the store it wrote (README.md there).
+type formatAnswers struct {
+	Revision int64 `json:"revision"`
+	Ranges   []struct {
+		Revision       int64  `json:"revision"`
+		HeaderRevision int64  `json:"header_revision"`
+		Error          string `json:"error"`
+		Code           string `json:"code"`
+		Count          int64  `json:"count"`
+		More           bool   `json:"more"`
+		Kvs            []struct {
+			Key            []byte `json:"key"`
+			CreateRevision int64  `json:"create_revision"`
+			ModRevision    int64  `json:"mod_revision"`
+			Version        int64  `json:"version"`
+			Value          []byte `json:"value"`
+			Lease          int64  `json:"lease"`
+		} `json:"kvs"`
+	} `json:"ranges"`
+	Leases []struct {
+		ID         int64    `json:"id"`
+		GrantedTTL int64    `json:"granted_ttl"`
+		Keys       [][]byte `json:"keys"`
+	} `json:"leases"`
+}
+
+// openFormatStore opens a copy of the store testdata/formats/vN holds.
+func openFormatStore(t *testing.T, version int) (*badgerkv.Engine, string, *formatAnswers) {
+	t.Helper()
+	src := filepath.Join("testdata", "formats", fmt.Sprintf("v%d", version))
+	b, err := os.ReadFile(filepath.Join(src, "answers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want formatAnswers
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join(src, "data"))); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := badgerkv.Open(dir, badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng, dir, &want
+}
+
+// TestStoresOfEarlierFormatsUpgradeAndAnswerExactly: a store written by
+// the binary of each earlier format is refused as it is, upgraded with
+// UpgradeData, and then answers every key at every revision, and its
+// leases, as that binary did; it goes on at the next revision.
+func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("format %d", version), func(t *testing.T) {
+			eng, _, want := openFormatStore(t, version)
+			cfg := server.Config{MemberID: 1, ClusterID: 2, Name: "test", Exclusive: true}
+			if _, err := server.New(cfg, eng); !errors.Is(err, core.ErrFormat) || !strings.Contains(err.Error(), "--upgrade-data") {
+				t.Fatalf("a format %d store opens without an upgrade: %v", version, err)
+			}
+			cfg.UpgradeData = true
+			_, cli, _ := serveEngine(t, eng, cfg)
+			ctx := ctxT(t)
+			for _, w := range want.Ranges {
+				resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(w.Revision))
+				if w.Error != "" {
+					var ee rpctypes.EtcdError
+					if !errors.As(err, &ee) || ee.Error() != w.Error || ee.Code().String() != w.Code {
+						t.Fatalf("r%d: %v; the format %d binary answered %q (%s)", w.Revision, err, version, w.Error, w.Code)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("r%d: %v", w.Revision, err)
+				}
+				if resp.Header.Revision != w.HeaderRevision || resp.Count != w.Count || resp.More != w.More || len(resp.Kvs) != len(w.Kvs) {
+					t.Fatalf("r%d: header r%d, count %d, more %v, %d kvs; want r%d, %d, %v, %d", w.Revision, resp.Header.Revision, resp.Count, resp.More, len(resp.Kvs), w.HeaderRevision, w.Count, w.More, len(w.Kvs))
+				}
+				for i, kv := range resp.Kvs {
+					wk := w.Kvs[i]
+					if !bytes.Equal(kv.Key, wk.Key) || !bytes.Equal(kv.Value, wk.Value) || kv.CreateRevision != wk.CreateRevision ||
+						kv.ModRevision != wk.ModRevision || kv.Version != wk.Version || kv.Lease != wk.Lease {
+						t.Fatalf("r%d: kv %d is %v; want %+v", w.Revision, i, kv, wk)
+					}
+				}
+			}
+			ls, err := cli.Leases(ctx)
+			if err != nil || len(ls.Leases) != len(want.Leases) {
+				t.Fatalf("leases %v (%v); want %d", ls, err, len(want.Leases))
+			}
+			for _, wl := range want.Leases {
+				ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(wl.ID), clientv3.WithAttachedKeys())
+				if err != nil {
+					t.Fatal(err)
+				}
+				slices.SortFunc(ttl.Keys, bytes.Compare)
+				if ttl.GrantedTTL != wl.GrantedTTL || !slices.EqualFunc(ttl.Keys, wl.Keys, bytes.Equal) {
+					t.Fatalf("lease %x: TTL %d, keys %q; want %d, %q", wl.ID, ttl.GrantedTTL, ttl.Keys, wl.GrantedTTL, wl.Keys)
+				}
+			}
+			put, err := cli.Put(ctx, "after-upgrade", "v")
+			if err != nil || put.Header.Revision != want.Revision+1 {
+				t.Fatalf("the first write after the upgrade: %v, %v; want revision %d", put, err, want.Revision+1)
+			}
+			f := storeFormat(t, eng)
+			if f.Version != core.FormatVersion || f.By != server.BinaryVersion() {
+				t.Fatalf("after the upgrade the store says %+v", f)
+			}
+		})
+	}
+}
+
+func storeFormat(t *testing.T, eng storage.Engine) core.Format {
+	t.Helper()
+	txn, err := eng.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Rollback()
+	f, err := core.ReadFormat(storage.NewReader(txn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestANewStoreRecordsItsFormat and reopens without a flag.
+func TestANewStoreRecordsItsFormat(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := badgerkv.Open(dir, badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cli, stop := serveEngine(t, eng, server.Config{MemberID: 1, Name: "test"})
+	if _, err := cli.Put(ctxT(t), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if f := storeFormat(t, eng); f.Version != core.FormatVersion || f.By != server.BinaryVersion() {
+		t.Fatalf("a new store says %+v", f)
+	}
+	_, cli, _ = serveEngine(t, eng, server.Config{MemberID: 1, Name: "test"})
+	if resp, err := cli.Get(ctxT(t), "k"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reopened: %v, %v", resp, err)
+	}
+	eng.Close()
+}
+
+// TestANewerFormatIsRefused, even with --upgrade-data, and the store is
+// left as it was.
+func TestANewerFormatIsRefused(t *testing.T) {
+	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	newer := core.Write{Key: core.MetaKey(core.MetaFormat), Value: core.AppendFormat(nil, core.Format{Version: core.FormatVersion + 1, By: "axon from the future"})}
+	txn, err := eng.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Buffer(txn, []core.Write{newer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, upgrade := range []bool{false, true} {
+		_, err := server.New(server.Config{MemberID: 1, Name: "test", Exclusive: true, UpgradeData: upgrade}, eng)
+		if !errors.Is(err, core.ErrFormat) || !strings.Contains(err.Error(), "axon from the future") || !strings.Contains(err.Error(), "newer binary") {
+			t.Fatalf("upgrade=%v: a newer format opened: %v", upgrade, err)
+		}
+	}
+	if f := storeFormat(t, eng); f.Version != core.FormatVersion+1 {
+		t.Fatalf("the refused store now says %+v", f)
+	}
+}
