@@ -20,6 +20,7 @@ type benchFlags struct {
 	quick    bool
 	scale    string
 	jsonPath string
+	tikv     tikvBenchFlags
 }
 
 func benchCmd() *cobra.Command {
@@ -73,6 +74,7 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	fl.BoolVar(&f.quick, "quick", false, "a smoke configuration of seconds (flags given explicitly still apply)")
 	fl.StringVar(&f.scale, "scale", "", "1m: add memory (peak RSS) and restart with one million keys")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
+	f.tikv.register(fl)
 	return cmd
 }
 
@@ -122,6 +124,9 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if f.tikv.store != "" {
+		return runTiKVBench(ctx, cmd, f, o)
+	}
 	rep, err := bench.Run(ctx, o)
 	if rep != nil {
 		if terr := rep.WriteTable(cmd.OutOrStdout()); terr != nil && err == nil {
@@ -135,7 +140,7 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	return err
 }
 
-func writeJSON(cmd *cobra.Command, path string, rep *bench.Report) error {
+func writeJSON(cmd *cobra.Command, path string, rep any) error {
 	if path == "" {
 		return nil
 	}

@@ -71,6 +71,7 @@ type serveFlags struct {
 	memoryBudget                                 int64
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
+	tikvMock                                     tikvMockFlags
 }
 
 func serveCmd() *cobra.Command {
@@ -87,6 +88,7 @@ func serveCmd() *cobra.Command {
 	fl.StringSliceVar(&f.listenPeer, "listen-peer-urls", nil, "URLs other instances forward to (default: none, they use the client URLs); https uses the peer TLS flags")
 	fl.StringSliceVar(&f.advertisePeer, "initial-advertise-peer-urls", nil, "peer URLs to advertise (default: the listen peer URLs)")
 	f.registerEngine(fl)
+	f.tikvMock.register(fl)
 	fl.StringVar(&f.name, "name", "default", "human-readable name of this instance")
 	fl.IntVar(&f.maxRequestBytes, "max-request-bytes", 1536*1024, "largest request the server accepts")
 	fl.IntVar(&f.maxTxnOps, "max-txn-ops", 128, "most operations in one txn")
@@ -182,7 +184,8 @@ func serve(ctx context.Context, f serveFlags) error {
 		srvP    atomic.Pointer[server.Server]
 		healthP atomic.Pointer[http.HandlerFunc]
 	)
-	hs := &http.Server{Handler: withPprof(metricsMux(&ready, &srvP, &healthP), f.enablePprof), ReadHeaderTimeout: 10 * time.Second}
+	mux := withPprof(metricsMux(&ready, &srvP, &healthP), f.enablePprof)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	metricsLis, err := listenAll(f.listenMetrics, tl.client)
 	if err != nil {
 		return err
@@ -195,7 +198,15 @@ func serve(ctx context.Context, f serveFlags) error {
 		}()
 	}
 	defer hs.Close()
-	eng, exclusive, err := openEngine(ctx, f, log)
+	var (
+		eng       storage.Engine
+		exclusive bool
+	)
+	if f.store == "tikv-mock" {
+		eng, exclusive, err = openTiKVMock(f.tikvMock, mux, log)
+	} else {
+		eng, exclusive, err = openEngine(ctx, f, log)
+	}
 	if err != nil {
 		return err
 	}

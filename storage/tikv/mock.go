@@ -15,6 +15,7 @@ import (
 	"github.com/tikv/client-go/v2/tikvrpc"
 	tikvutil "github.com/tikv/client-go/v2/util"
 	"github.com/tikv/client-go/v2/util/async"
+	pd "github.com/tikv/pd/client"
 
 	"github.com/axon-kv/axon/core"
 )
@@ -27,7 +28,8 @@ type MockOptions struct {
 	// Regions, if 2 or more, cuts each of Axon's latest and history
 	// spaces into that many regions, at the quantiles of Sample; the
 	// spaces themselves start regions too, so there are 2*Regions+2 in
-	// all. 0 or 1 means a single region.
+	// all, plus the revision space's (revisionSplits). 0 or 1 means a
+	// single region.
 	Regions int
 	// Sample holds raw (etcd) keys whose distribution the region borders
 	// follow: the borders are the latest and history keys of every
@@ -40,6 +42,9 @@ type MockOptions struct {
 	// WrapClient, if set, wraps the client that carries every RPC to the
 	// mock cluster; tests use it to watch or fail requests.
 	WrapClient func(kvstore.Client) kvstore.Client
+	// WrapPD, if set, wraps the mock's PD client (timestamps, region
+	// lookups); Trace.WrapPD is one.
+	WrapPD func(pd.Client) pd.Client
 }
 
 // The sample used when MockOptions.Sample is nil: the keys
@@ -67,12 +72,16 @@ func NewMock(opts MockOptions) (*Engine, error) {
 	if err := mockLiveness(); err != nil {
 		return nil, err
 	}
-	cli, cluster, pd, err := testutils.NewMockTiKV("", nil)
+	cli, cluster, pdc, err := testutils.NewMockTiKV("", nil)
 	if err != nil {
 		return nil, fmt.Errorf("tikv: mock: %w", err)
 	}
 	testutils.BootstrapWithMultiRegions(cluster, splits...)
-	store, err := kvstore.NewTestTiKVStore(&guardedClient{Client: cli}, pd, opts.WrapClient, nil, 0)
+	if opts.WrapPD != nil {
+		// Under client-go's codec client, which it requires on top.
+		pdc = opts.WrapPD(pdc)
+	}
+	store, err := kvstore.NewTestTiKVStore(&guardedClient{Client: cli}, pdc, opts.WrapClient, nil, 0)
 	if err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("tikv: mock: %w", err)
@@ -159,9 +168,17 @@ func mockSplitKeys(opts MockOptions) ([][]byte, error) {
 			keys = append(keys, core.LatestKey(q))
 		}
 		keys = append(keys, core.MetaKey("")) // the end of the latest space
+		keys = append(keys, revisionSplits(opts.Regions)...)
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	return slices.CompactFunc(keys, bytes.Equal), nil
+}
+
+// revisionSplits returns the region borders of the revision-record space
+// for a mock of n regions per space: today the space is one range, so its
+// start. It is the one place here that knows how that space is laid out.
+func revisionSplits(n int) [][]byte {
+	return [][]byte{core.RevisionKey(0)}
 }
 
 // sampleQuantiles returns the raw keys that cut sample into n parts of
