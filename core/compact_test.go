@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -277,4 +278,25 @@ func TestRequestProgressWaitsForSync(t *testing.T) {
 	s.run(s.take(core.WorkCatchUp, 0))
 	s.expect(`watch5 r3 [PUT "a"] [PUT "b"] [PUT "c"]`, "watch5 requested progress r3")
 	s.expect()
+}
+
+// TestCompactionsTakeEffectInTheOrderAsked: a compaction asked for while
+// another is being stored waits for it and is then judged against it, so
+// a lower one asked second fails (as in etcd) instead of being stored
+// after the higher one has answered, and a higher one goes out after it.
+func TestCompactionsTakeEffectInTheOrderAsked(t *testing.T) {
+	s := newScene(t, core.Config{})
+	for i := range 9 {
+		s.propose(core.RequestID(i+1), putOp(fmt.Sprintf("k%d", i%3), "v"))
+	}
+	s.settle()
+	s.out = nil
+	s.node.Compact(20, 5)
+	s.node.Compact(21, 4) // lower, while r5 is being stored
+	s.node.Compact(22, 7) // higher, while r5 is being stored
+	s.expect("compact r5 req20")
+	s.run(s.take(core.WorkCompact, 5))
+	s.expect("sweep r5", "compact r7 req22", "resp req20 at r9", `resp req21 err="mvcc: required revision has been compacted"`)
+	s.run(s.take(core.WorkCompact, 7))
+	s.expect("resp req22 at r9")
 }

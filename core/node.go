@@ -297,10 +297,14 @@ type Node struct {
 	// alarms are the changes asked for meanwhile.
 	nospace, alarming bool
 	alarms            []*Work
-	// compacting is the highest compact revision asked for; a second
-	// request for it or below fails, as in etcd.
+	// compacting is the compact revision being stored, if above
+	// compacted; a second request for it or below fails, as in etcd.
 	compacting int64
-	sweep      sweeper
+	// compactQueue holds compactions asked for while one is stored: they
+	// take effect in order, each judged against the one before (a lower
+	// one stored after a higher one answered would be out of order).
+	compactQueue []compactAsk
+	sweep        sweeper
 }
 
 // NewNode returns a node that continues from st.
@@ -471,6 +475,10 @@ func (n *Node) dealBatch(ws []*Work) {
 // Transfer calls it.
 func (n *Node) Drain() {
 	n.draining = true
+	for _, c := range n.compactQueue {
+		n.respond(c.id, ErrNotLeader)
+	}
+	n.compactQueue = nil
 	waiting := n.latches.takeWaiting()
 	for _, w := range waiting {
 		if w.Lease != nil {
@@ -850,7 +858,10 @@ func (n *Node) Compact(id RequestID, rev int64) {
 	case rev > n.committed:
 		n.respond(id, ErrFutureRev)
 		return
-	case rev <= n.Compacting():
+	case n.compacting > n.compacted:
+		n.compactQueue = append(n.compactQueue, compactAsk{id, rev})
+		return
+	case rev <= n.compacted:
 		n.respond(id, ErrCompacted)
 		return
 	}
@@ -872,6 +883,17 @@ func (n *Node) reportCompact(w *Work, out Outcome) {
 		n.sweepTo(w.Rev)
 	}
 	n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Rev: n.committed})
+	for len(n.compactQueue) > 0 && n.compacting <= n.compacted {
+		next := n.compactQueue[0]
+		n.compactQueue = n.compactQueue[1:]
+		n.Compact(next.id, next.rev)
+	}
+}
+
+// compactAsk is a compaction waiting for the one being stored.
+type compactAsk struct {
+	id  RequestID
+	rev int64
 }
 
 // DescribeWork renders w on one line for traces and golden tests.

@@ -77,6 +77,14 @@ func TestCheck(t *testing.T) {
 			{call: 40, ret: 50, in: compact(3), out: compacted(3)},
 			{call: 60, ret: 70, in: getAt("a", 2), out: got(3, kv("a", "1", 2, 2, 1))},
 		}, porcupine.Illegal},
+		{"a lower compaction succeeded after a higher one", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: put("a", "2"), out: putOK(3)},
+			{call: 40, ret: 50, in: put("a", "3"), out: putOK(4)},
+			{call: 55, ret: 120, in: compact(2), out: compacted(5)},
+			{call: 60, ret: 80, in: compact(3), out: compacted(4)},
+			{call: 85, ret: 90, in: put("a", "4"), out: putOK(5)},
+		}, porcupine.Illegal},
 		{"compacted error not justified", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
 			{call: 20, ret: 30, in: getAt("a", 2), out: errOut("etcdserver: " + ErrCompacted)},

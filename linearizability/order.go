@@ -96,7 +96,8 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 func checkCompactions(history []porcupine.Operation) error {
 	type compaction struct {
 		rev, call, ret int64
-		done           bool // acknowledged (else unknown)
+		done           bool  // acknowledged (else unknown)
+		header         int64 // the store's revision when it took effect, if done
 	}
 	var cs []compaction
 	for _, op := range history {
@@ -104,7 +105,21 @@ func checkCompactions(history []porcupine.Operation) error {
 		if in.Compact == nil || (out.Err != "" && !out.unknown) {
 			continue
 		}
-		cs = append(cs, compaction{rev: in.Compact.Revision, call: op.Call, ret: op.Return, done: !out.unknown})
+		c := compaction{rev: in.Compact.Revision, call: op.Call, ret: op.Return, done: !out.unknown}
+		if c.done && out.Compact != nil && out.Compact.Header != nil {
+			c.header = out.Compact.Header.Revision
+		}
+		cs = append(cs, c)
+	}
+	// Compactions that both succeeded took effect lower revision first
+	// (the other way round the later one fails): their headers, the
+	// revisions they took effect at, must not say otherwise.
+	for _, a := range cs {
+		for _, b := range cs {
+			if a.done && b.done && a.rev < b.rev && a.header > b.header && b.header > 0 {
+				return fmt.Errorf("compaction to r%d answered at r%d, after the one to r%d answered at r%d: a compaction below one already in effect succeeded", a.rev, a.header, b.rev, b.header)
+			}
+		}
 	}
 	for _, op := range history {
 		in, out := op.Input.(Input), op.Output.(Output)
