@@ -21,6 +21,39 @@
 // revision record per dealt revision lists its events (the durable event
 // index) or marks it fenced.
 //
+// # Revision records
+//
+// Revision records are spread over RevisionShards (16) shards, shard =
+// rev mod 16, each sorted by revision: every write writes one, and a key
+// space that grew with the revision would put every write transaction
+// into the region holding its tail (on TiKV, one Raft group would take
+// every write). A TiKV cluster splits the revision space by size into
+// few regions (records are small), then by load at the shard borders
+// (RevisionShardStart), so up to 16 regions each take 1/16 of the
+// writes; the latest and history spaces split along the keys. A scan by
+// revision (ReadEvents, Recover's highest revision, Export, the sweep)
+// merges the shards; the fence of revision r reads RevisionKey(r), in
+// its shard, exactly as before.
+//
+// A write's revision record is a Write with New set: the key must not
+// exist when the transaction commits. The engine checks that (a TiKV
+// assertion at prewrite, memkv at apply; engines without one read the
+// key first), so no read of it costs a round trip. A record already
+// there would be another leader's write at the same revision, from an
+// engine that applied a deposed leader's transaction past its deadline;
+// the commit then fails (definitely), the revision is fenced and the
+// request dealt again. A record written after the transaction began (a
+// fence) conflicts with it as any write-write conflict does.
+//
+// # Reads a driver may batch
+//
+// WorkLookahead and RangeLookahead predict the first reads of an
+// evaluation: a key's latest record and its newest history record (the
+// value). A driver whose engine pays a round trip per read issues them
+// together before evaluating (storage/exec.Reader), so a create, an
+// update or a failed compare reads in one round trip. Evaluation still
+// reads through the Reader: predictions only save time.
+//
 // # Order of truth
 //
 // Revision order is the linearization order. A write at revision r may

@@ -19,6 +19,10 @@ type Event struct {
 type Write struct {
 	Key, Value []byte
 	Delete     bool
+	// New says Key must not exist in the engine: the transaction must not
+	// commit if it does (an engine assertion, or a read first; see
+	// storage/exec.Buffer).
+	New bool
 }
 
 // Effects is what evaluating a work item produced: the engine writes to
@@ -81,14 +85,12 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		// Above every revision: the evaluation only says whether the
 		// request changes keys, and answers it if it does not.
 		rev = probeRev
-	} else if _, taken, err := rd.Get(RevisionKey(w.Rev)); err != nil {
-		return nil, err
-	} else if taken {
-		// A revision record already there is another leader's write at
-		// this revision: never overwrite it (reading it also puts it in
-		// the engine's conflict set).
-		return &Effects{Late: true}, nil
 	}
+	// The revision record is written New, not read first: a record
+	// already there is another leader's write at this revision (an
+	// engine that applied a deposed leader's transaction past its
+	// deadline), never to be overwritten; the engine refuses the commit
+	// then, and the revision is fenced and the request dealt again.
 	tx := &txnEval{rd: rd, rev: rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted}
 	if undealt {
 		tx.seen = w.seen
@@ -293,7 +295,7 @@ func (tx *txnEval) writes() []Write {
 		ws = append(ws, Write{Key: LatestKey(e.key), Value: AppendRecord(nil, &rec)})
 	}
 	ws = append(ws, tx.extra...)
-	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr)})
+	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr), New: true})
 }
 
 func (tx *txnEval) header() *pb.ResponseHeader { return &pb.ResponseHeader{Revision: tx.rev} }

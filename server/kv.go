@@ -13,6 +13,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
 )
 
 // coreErrors maps core's etcd errors to etcd's gRPC errors.
@@ -95,7 +96,11 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, toGRPC(err)
 	}
 	defer txn.Rollback()
-	resp, err := core.RangeCounted(storage.NewReader(txn), r, c, compacted, &k.s.counts)
+	rd, err := exec.Reader(txn, core.RangeLookahead(r, c))
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp, err := core.RangeCounted(rd, r, c, compacted, &k.s.counts)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

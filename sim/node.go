@@ -501,7 +501,10 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 	}
 	var resp *pb.RangeResponse
 	if err == nil {
-		resp, err = core.Range(rd, c.in.rng, rev, compacted)
+		var ahead core.Reader
+		if ahead, err = exec.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
+			resp, err = core.Range(ahead, c.in.rng, rev, compacted)
+		}
 	}
 	txn.Rollback()
 	d := txn.(*memkv.Txn).Delay()

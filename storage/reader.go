@@ -1,6 +1,9 @@
 package storage
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // Reader adapts a Txn to the read interface Axon's core evaluates
 // requests against (core.Reader): Get with a found flag and a callback
@@ -36,4 +39,37 @@ func (r Reader) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, 
 		}
 	}
 	return it.Err()
+}
+
+// ReadEach runs reads one after another through txn's Get and Iter: what
+// a storage.BatchReader's ReadBatch must answer, for engines (or states)
+// that have nothing to gain from running them at once.
+func ReadEach(txn Txn, reads []Read) ([]ReadResult, error) {
+	out := make([]ReadResult, len(reads))
+	for i, r := range reads {
+		if !r.Last {
+			v, err := txn.Get(r.Key)
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return nil, err
+			default:
+				out[i] = ReadResult{Key: r.Key, Value: v, Found: true}
+			}
+			continue
+		}
+		it, err := txn.Iter(IterOptions{Lower: r.Key, Upper: r.Upper, Reverse: true, Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		if it.Next() {
+			out[i] = ReadResult{Key: bytes.Clone(it.Key()), Value: bytes.Clone(it.Value()), Found: true}
+		}
+		err = it.Err()
+		it.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

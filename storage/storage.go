@@ -88,3 +88,35 @@ type Iterator interface {
 	Err() error
 	Close()
 }
+
+// BatchReader is a Txn that runs several reads at once. On TiKV each read
+// is an RPC; reads that do not depend on each other need not wait for each
+// other. Engines whose reads are local need not implement it.
+type BatchReader interface {
+	// ReadBatch runs reads as of the transaction's snapshot and buffered
+	// writes, as Get and Iter would, and returns their results in order.
+	ReadBatch(reads []Read) ([]ReadResult, error)
+}
+
+// Read is one read of a batch: a point read of Key, or, if Last, a read of
+// the last key in [Key, Upper).
+type Read struct {
+	Key, Upper []byte
+	Last       bool
+}
+
+// ReadResult is what one Read found: for a Last read, Key is the key
+// found.
+type ReadResult struct {
+	Key, Value []byte
+	Found      bool
+}
+
+// Inserter is a Txn that writes keys which must not exist, checked by the
+// engine as it commits (TiKV's assertions) instead of by a read first: a
+// round trip less.
+type Inserter interface {
+	// Insert buffers a write of value under key; Commit fails with
+	// ErrConflict (definitely not applied) if key exists by then.
+	Insert(key, value []byte) error
+}

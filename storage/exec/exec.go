@@ -1,8 +1,10 @@
 package exec
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
@@ -36,9 +38,14 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 		eff *core.Effects
 		err error
 	)
+	undealt := w.Kind == core.WorkRequest && w.Rev == 0
+	if _, batch := txn.(storage.BatchReader); batch || undealt {
+		if rd, err = Reader(txn, core.WorkLookahead(w)); err != nil {
+			return nil, err
+		}
+	}
 	switch {
-	case w.Kind == core.WorkRequest && w.Rev == 0:
-		rd = newMemo(rd)
+	case undealt:
 		if eff, err = core.Evaluate(rd, w); err == nil && eff.NeedsRevision() {
 			if err = d.Deal(w); err == nil {
 				eff, err = core.Evaluate(rd, w)
@@ -56,13 +63,27 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	return eff, nil
 }
 
-// Buffer buffers core's writes in txn, for its commit.
+// Buffer buffers core's writes in txn, for its commit. A New write goes
+// to an engine's Insert, which checks at commit that the key is absent;
+// an engine without one reads the key first (which also puts it in the
+// transaction's conflict set) and fails with ErrConflict if it exists.
 func Buffer(txn storage.Txn, ws []core.Write) error {
+	ins, inserts := txn.(storage.Inserter)
 	for _, w := range ws {
 		var err error
-		if w.Delete {
+		switch {
+		case w.Delete:
 			err = txn.Delete(w.Key)
-		} else {
+		case w.New && inserts:
+			err = ins.Insert(w.Key, w.Value)
+		case w.New:
+			if _, err = txn.Get(w.Key); err == nil {
+				return fmt.Errorf("exec: new key %q exists: %w", w.Key, storage.ErrConflict)
+			}
+			if errors.Is(err, storage.ErrNotFound) {
+				err = txn.Set(w.Key, w.Value)
+			}
+		default:
 			err = txn.Set(w.Key, w.Value)
 		}
 		if err != nil {
@@ -140,20 +161,62 @@ func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) (
 	return core.ReadEvents(storage.NewReader(txn), w.From, w.To, limit)
 }
 
-// memo remembers the point reads of one request's first evaluation, so
-// that the second, at its dealt revision, reads nothing again. Nothing is
-// written to the transaction between the two.
-type memo struct {
-	rd   core.Reader
-	gets map[string]memoGet
+// Reader returns the reader to evaluate against txn. On an engine that
+// runs reads at once (storage.BatchReader) it first issues la's reads in
+// one batch and answers them from memory; it also remembers every point
+// read, so evaluating the same work twice (undealt, then at its revision)
+// reads nothing twice. Nothing may be written to txn while it is used.
+func Reader(txn storage.Txn, la core.Lookahead) (core.Reader, error) {
+	m := newMemo(storage.NewReader(txn))
+	br, ok := txn.(storage.BatchReader)
+	if !ok || len(la.Gets)+len(la.Lasts) == 0 {
+		return m, nil
+	}
+	reads := make([]storage.Read, 0, len(la.Gets)+len(la.Lasts))
+	for _, k := range la.Gets {
+		reads = append(reads, storage.Read{Key: k})
+	}
+	for _, b := range la.Lasts {
+		reads = append(reads, storage.Read{Key: b.Lower, Upper: b.Upper, Last: true})
+	}
+	res, err := br.ReadBatch(reads)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range res {
+		if !reads[i].Last {
+			m.gets[string(reads[i].Key)] = memoGet{r.Value, r.Found}
+			continue
+		}
+		m.lasts = append(m.lasts, memoLast{lower: reads[i].Key, upper: reads[i].Upper, key: r.Key, value: r.Value, found: r.Found})
+		if r.Found {
+			// The newest record of a key is also what a point read of
+			// its version (the value of the latest record) finds.
+			m.gets[string(r.Key)] = memoGet{r.Value, true}
+		}
+	}
+	return m, nil
 }
+
+// memo answers point reads and last-record reads it has seen before.
+type memo struct {
+	rd    core.Reader
+	gets  map[string]memoGet
+	lasts []memoLast
+}
+
+func newMemo(rd core.Reader) *memo { return &memo{rd: rd, gets: map[string]memoGet{}} }
 
 type memoGet struct {
 	value []byte
 	found bool
 }
 
-func newMemo(rd core.Reader) *memo { return &memo{rd: rd, gets: map[string]memoGet{}} }
+// memoLast is the last record in [lower, upper): key, or none.
+type memoLast struct {
+	lower, upper, key, value []byte
+	found                    bool
+}
 
 func (m *memo) Get(key []byte) ([]byte, bool, error) {
 	if g, ok := m.gets[string(key)]; ok {
@@ -167,5 +230,17 @@ func (m *memo) Get(key []byte) ([]byte, bool, error) {
 }
 
 func (m *memo) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error {
+	if reverse && limit == 1 {
+		for _, l := range m.lasts {
+			if !bytes.Equal(l.lower, lower) || !bytes.Equal(l.upper, upper) {
+				continue
+			}
+			if !l.found || !fn(l.key, l.value) {
+				return nil
+			}
+			// The caller wants more than the last record: read on below it.
+			return m.rd.Scan(lower, l.key, true, limit, fn)
+		}
+	}
 	return m.rd.Scan(lower, upper, reverse, limit, fn)
 }

@@ -214,6 +214,12 @@ func (e *Engine) apply(t *Txn) error {
 		t.outcome = NotApplied
 		return fmt.Errorf("memkv: commit at snapshot %d: %w", t.snap, storage.ErrConflict)
 	}
+	for k := range t.fresh {
+		if it, ok := e.tree.Get(&item{key: []byte(k)}); ok && len(it.versions) > 0 && !it.versions[len(it.versions)-1].deleted {
+			t.outcome = NotApplied
+			return fmt.Errorf("memkv: commit at snapshot %d: inserted key %q exists: %w", t.snap, k, storage.ErrConflict)
+		}
+	}
 	t.outcome = Applied
 	if len(t.writes) == 0 && len(t.locks) == 0 {
 		return nil
@@ -325,6 +331,8 @@ type Txn struct {
 	snap   uint64
 	writes map[string]write
 	locks  map[string]struct{}
+	// fresh are written keys that must not exist when t applies (Insert).
+	fresh  map[string]struct{}
 	closed bool
 
 	// Guarded by e.mu.
@@ -654,3 +662,28 @@ func (it *iterator) Key() []byte   { return it.key }
 func (it *iterator) Value() []byte { return it.value }
 func (it *iterator) Err() error    { return it.err }
 func (it *iterator) Close()        { it.closed = true }
+
+var _ storage.BatchReader = (*Txn)(nil)
+
+// ReadBatch runs the reads one after another, each as Get or Iter would
+// (with their faults and latency): the simulator then drives the same
+// batched read path as the server over TiKV.
+func (t *Txn) ReadBatch(reads []storage.Read) ([]storage.ReadResult, error) {
+	return storage.ReadEach(t, reads)
+}
+
+var _ storage.Inserter = (*Txn)(nil)
+
+// Insert buffers a write of a key that must not exist when the
+// transaction applies, checked then (also by a delayed apply), as TiKV
+// checks an assertion at prewrite.
+func (t *Txn) Insert(key, value []byte) error {
+	if err := t.Set(key, value); err != nil {
+		return err
+	}
+	if t.fresh == nil {
+		t.fresh = map[string]struct{}{}
+	}
+	t.fresh[string(key)] = struct{}{}
+	return nil
+}

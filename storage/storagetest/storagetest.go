@@ -37,6 +37,8 @@ func Run(t *testing.T, open func(t *testing.T) storage.Engine) {
 		{"Closed/Engine", testClosedEngine},
 		{"Concurrent/Counters", testConcurrentCounters},
 		{"Concurrent/CASWithSnapshotChurn", testConcurrentCAS},
+		{"Insert", testInsert},
+		{"ReadBatch", testReadBatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1072,4 +1074,114 @@ func counterValue(tx storage.Txn, key []byte) (int, error) {
 		return 0, fmt.Errorf("counter %q holds %q", key, v)
 	}
 	return n, nil
+}
+
+// testInsert checks storage.Inserter, for engines that have it: an
+// inserted key that exists at commit fails it (definitely, ErrConflict),
+// whether it existed before the transaction began or was committed
+// while it ran; an absent one commits like Set.
+func testInsert(t *testing.T, e storage.Engine) {
+	probe := begin(t, e)
+	_, ok := probe.(storage.Inserter)
+	probe.Rollback()
+	if !ok {
+		t.Skip("engine has no Insert")
+	}
+	insert := func(t *testing.T, tx storage.Txn, k, v string) {
+		t.Helper()
+		if err := tx.(storage.Inserter).Insert([]byte(k), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("an absent key commits", func(t *testing.T) {
+		tx := begin(t, e)
+		insert(t, tx, "ins/a", "1")
+		commit(t, tx)
+		wantLatest(t, e, "ins/a", str("1"))
+	})
+	t.Run("a key there before the transaction fails it", func(t *testing.T) {
+		put(t, e, "ins/b", "orig")
+		tx := begin(t, e)
+		defer tx.Rollback()
+		set(t, tx, "ins/other", "x")
+		insert(t, tx, "ins/b", "2")
+		if err := tx.Commit(t.Context()); !errors.Is(err, storage.ErrConflict) {
+			t.Fatalf("Commit = %v; want ErrConflict", err)
+		}
+		wantLatest(t, e, "ins/b", str("orig"))
+		wantLatest(t, e, "ins/other", nil)
+	})
+	t.Run("a key committed while it ran fails it", func(t *testing.T) {
+		tx := begin(t, e)
+		defer tx.Rollback()
+		insert(t, tx, "ins/c", "mine")
+		put(t, e, "ins/c", "theirs")
+		if err := tx.Commit(t.Context()); !errors.Is(err, storage.ErrConflict) {
+			t.Fatalf("Commit = %v; want ErrConflict", err)
+		}
+		wantLatest(t, e, "ins/c", str("theirs"))
+	})
+	t.Run("a deleted key counts as absent", func(t *testing.T) {
+		put(t, e, "ins/d", "old")
+		tx := begin(t, e)
+		del(t, tx, "ins/d")
+		commit(t, tx)
+		tx = begin(t, e)
+		insert(t, tx, "ins/d", "new")
+		commit(t, tx)
+		wantLatest(t, e, "ins/d", str("new"))
+	})
+}
+
+// testReadBatch checks storage.BatchReader, for engines that have it: it
+// answers exactly what Get and Iter do, before and after the transaction
+// buffers writes.
+func testReadBatch(t *testing.T, e storage.Engine) {
+	probe := begin(t, e)
+	_, ok := probe.(storage.BatchReader)
+	probe.Rollback()
+	if !ok {
+		t.Skip("engine has no ReadBatch")
+	}
+	put(t, e, "rb/a", "1", "rb/b/1", "x", "rb/b/2", "", "rb/c", "3")
+	reads := []storage.Read{
+		{Key: []byte("rb/a")},
+		{Key: []byte("rb/missing")},
+		{Key: []byte("rb/b/2")}, // an empty value is a value
+		{Key: []byte("rb/b/"), Upper: []byte("rb/b0"), Last: true},
+		{Key: []byte("rb/d"), Upper: []byte("rb/e"), Last: true},  // nothing there
+		{Key: []byte("rb/"), Upper: []byte("rb/b/2"), Last: true}, // upper is exclusive
+	}
+	check := func(t *testing.T, tx storage.Txn) {
+		t.Helper()
+		got, err := tx.(storage.BatchReader).ReadBatch(reads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := storage.ReadEach(tx, reads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(reads) {
+			t.Fatalf("%d results for %d reads", len(got), len(reads))
+		}
+		for i := range reads {
+			if got[i].Found != want[i].Found || !bytes.Equal(got[i].Key, want[i].Key) || !bytes.Equal(got[i].Value, want[i].Value) {
+				t.Errorf("read %d (%q): got %+v, Get/Iter say %+v", i, reads[i].Key, got[i], want[i])
+			}
+		}
+	}
+	tx := begin(t, e)
+	defer tx.Rollback()
+	check(t, tx)
+	if got, _ := tx.(storage.BatchReader).ReadBatch(reads[:1]); len(got) != 1 || string(got[0].Value) != "1" || !got[0].Found {
+		t.Fatalf("ReadBatch(rb/a) = %+v", got)
+	}
+	set(t, tx, "rb/a", "mine")
+	set(t, tx, "rb/b/3", "new")
+	del(t, tx, "rb/c")
+	check(t, tx)
+	if got, _ := tx.(storage.BatchReader).ReadBatch(reads[3:4]); !got[0].Found || string(got[0].Key) != "rb/b/3" {
+		t.Fatalf("last in rb/b/ after a buffered write: %+v", got)
+	}
 }

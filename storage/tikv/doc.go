@@ -21,6 +21,18 @@
 // lock-type write record that makes later committers whose snapshots
 // predate it fail in turn. The value is never touched.
 //
+// Insert (storage.Inserter) buffers a write flagged "must not exist":
+// transactions run at AssertionLevel_Strict, so TiKV checks the flag at
+// prewrite and an existing key fails the commit before any Commit RPC.
+// Axon's revision records are written so, instead of being read first.
+//
+// ReadBatch (storage.BatchReader) runs a request's predicted reads at
+// once: the point reads in one BatchGet (one RPC per region, in
+// parallel), each last-key read as one reverse Scan RPC, all
+// concurrently, each on a snapshot object of its own at the start
+// timestamp. Once the transaction has buffered writes it reads one by
+// one through the buffer instead.
+//
 // TiKV cannot store an empty value in a transaction (the buffer uses
 // empty for "deleted"), so values that are empty or start with 0xFF are
 // stored with a 0xFF byte in front; all others, Axon's records included,
@@ -32,7 +44,8 @@
 //	key not found                                      ErrNotFound
 //	write conflict (prewrite found a newer write or    ErrConflict
 //	  a newer lock), latch conflict, "retryable"
-//	  (e.g. our locks were rolled back meanwhile)
+//	  (e.g. our locks were rolled back meanwhile),
+//	  an inserted key that exists (assertion failed)
 //	ErrResultUndetermined (lost answer to the          ErrUncertain
 //	  primary's Commit RPC, UndeterminedResult)
 //	any other failure after a Commit RPC was sent      ErrUncertain

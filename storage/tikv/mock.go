@@ -175,10 +175,18 @@ func mockSplitKeys(opts MockOptions) ([][]byte, error) {
 }
 
 // revisionSplits returns the region borders of the revision-record space
-// for a mock of n regions per space: today the space is one range, so its
-// start. It is the one place here that knows how that space is laid out.
+// for a mock of n regions per space: one at the start of each of
+// core.RevisionShards shards, as TiKV's load-based splitting would cut a
+// space whose shards each take an equal share of the writes (fewer
+// borders when n is smaller, evenly spaced; the end of the space too).
+// It is the one place here that knows how that space is laid out.
 func revisionSplits(n int) [][]byte {
-	return [][]byte{core.RevisionKey(0)}
+	n = min(max(n, 1), core.RevisionShards)
+	keys := make([][]byte, 0, n+1)
+	for i := range n {
+		keys = append(keys, core.RevisionShardStart(i*core.RevisionShards/n))
+	}
+	return append(keys, core.RevisionShardStart(core.RevisionShards))
 }
 
 // sampleQuantiles returns the raw keys that cut sample into n parts of

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pingcap/kvproto/pkg/kvrpcpb"
 	"github.com/tikv/client-go/v2/config"
 	tikverr "github.com/tikv/client-go/v2/error"
 	"github.com/tikv/client-go/v2/kv"
@@ -183,6 +184,9 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	// failed Commit means.
 	tx.SetEnableAsyncCommit(false)
 	tx.SetEnable1PC(false)
+	// Insert's keys are asserted absent at prewrite; writes without the
+	// flag carry no assertion.
+	tx.SetAssertionLevel(kvrpcpb.AssertionLevel_Strict)
 	t := &txn{e: e, tx: tx, ctx: ctx}
 	tx.SetRPCInterceptor(interceptor.NewRPCInterceptor("axon-commit-sent", func(next interceptor.RPCInterceptorFunc) interceptor.RPCInterceptorFunc {
 		return func(target string, req *tikvrpc.Request) (*tikvrpc.Response, error) {
@@ -243,6 +247,23 @@ func (t *txn) Set(key, value []byte) error {
 	// The buffer copies key and value.
 	if err := t.tx.Set(key, encodeValue(value)); err != nil {
 		return fmt.Errorf("tikv: set %q: %w", key, err)
+	}
+	return nil
+}
+
+var _ storage.Inserter = (*txn)(nil)
+
+// Insert buffers a write TiKV checks at prewrite: the key must not exist
+// (an assertion; it fails the commit before any Commit RPC, so the failure
+// is definite).
+func (t *txn) Insert(key, value []byte) error {
+	if err := t.begin("insert"); err != nil {
+		return err
+	}
+	defer t.e.release()
+	t.gen++
+	if err := t.tx.GetMemBuffer().SetWithFlags(key, encodeValue(value), kv.SetAssertNotExist); err != nil {
+		return fmt.Errorf("tikv: insert %q: %w", key, err)
 	}
 	return nil
 }
@@ -338,8 +359,9 @@ func commitErr(err error, commitSent bool) error {
 func isConflict(err error) bool {
 	var latch *tikverr.ErrWriteConflictInLatch
 	var retryable *tikverr.ErrRetryable
+	var assertion *tikverr.ErrAssertionFailed
 	return tikverr.IsErrWriteConflict(err) || errors.As(err, &latch) || errors.As(err, &retryable) ||
-		tikverr.IsErrKeyExist(err)
+		tikverr.IsErrKeyExist(err) || errors.As(err, &assertion)
 }
 
 func isTooLarge(err error) bool {
