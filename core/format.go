@@ -81,7 +81,8 @@ func ReadFormat(rd Reader) (Format, error) {
 		return DecodeFormat(v)
 	}
 	empty := true
-	err = rd.Scan(magic[:], []byte{magic[0], magic[1], magic[2], magic[3] + 1}, false, 1, func(_, _ []byte) bool {
+	lower, upper := Keyspace()
+	err = rd.Scan(lower, upper, false, 1, func(_, _ []byte) bool {
 		empty = false
 		return false
 	})

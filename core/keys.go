@@ -54,6 +54,11 @@ const (
 // ErrBadKey reports an engine key that is not a valid Axon encoding.
 var ErrBadKey = errors.New("core: malformed engine key")
 
+// Keyspace is the engine range [lower, upper) that holds every Axon key.
+func Keyspace() (lower, upper []byte) {
+	return magic[:], []byte{magic[0], magic[1], magic[2], magic[3] + 1}
+}
+
 func spacePrefix(space byte) []byte {
 	return []byte{magic[0], magic[1], magic[2], magic[3], space}
 }

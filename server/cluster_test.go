@@ -49,6 +49,9 @@ type testCluster struct {
 	// instance i dials the others.
 	peerTLS *tls.Config
 	dial    func(i int) *tls.Config
+	// tweak, when set before instances start, changes each instance's
+	// configuration.
+	tweak func(*server.Config)
 }
 
 // clusterTiming is short so that failovers take about a second.
@@ -100,6 +103,9 @@ func (c *testCluster) start(i int) {
 	}
 	in.addr = lis.Addr().String()
 	cfg := clusterConfig(in.name, in.addr)
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
 	var peerLis net.Listener
 	if c.peerTLS != nil {
 		if peerLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {

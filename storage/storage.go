@@ -120,3 +120,15 @@ type Inserter interface {
 	// ErrConflict (definitely not applied) if key exists by then.
 	Insert(key, value []byte) error
 }
+
+// LockResolver is an engine whose transactions leave locks behind their
+// owner (TiKV's two-phase commit): a transaction that dies between
+// prewrite and commit holds its keys until the lock's TTL runs out. A new
+// leader settles its predecessors' locks before it reads, so that no
+// write waits for them.
+type LockResolver interface {
+	// ResolveLocks settles every lock in [lower, upper) of transactions
+	// that began before ts, at once: those whose commit had begun are
+	// committed, the others rolled back (they can then never commit).
+	ResolveLocks(ctx context.Context, ts uint64, lower, upper []byte) error
+}

@@ -141,13 +141,23 @@ func Settled(eff *core.Effects, err error) (core.Outcome, bool) {
 	return 0, false
 }
 
-// Recover reads the State a new leader starts from.
+// Recover reads the State a new leader starts from. On an engine whose
+// transactions leave locks (storage.LockResolver), it first settles those
+// of every transaction begun before its own: a predecessor that died
+// between prewrite and commit would otherwise hold the keys it wrote, its
+// last revision record among them, until the locks' TTL ran out.
 func Recover(ctx context.Context, eng storage.Engine) (core.State, error) {
 	txn, err := eng.Begin(ctx)
 	if err != nil {
 		return core.State{}, err
 	}
 	defer txn.Rollback()
+	if r, ok := eng.(storage.LockResolver); ok {
+		lower, upper := core.Keyspace()
+		if err := r.ResolveLocks(ctx, txn.StartTS(), lower, upper); err != nil {
+			return core.State{}, err
+		}
+	}
 	return core.Recover(storage.NewReader(txn))
 }
 

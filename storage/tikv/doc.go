@@ -33,6 +33,14 @@
 // timestamp. Once the transaction has buffered writes it reads one by
 // one through the buffer instead.
 //
+// ResolveLocks (storage.LockResolver) settles at once the locks of
+// transactions older than a timestamp, with client-go's range resolver
+// (the one TiKV's GC runs: primaries checked as if expired, committed
+// ones committed, the rest rolled back), region by region in parallel. A
+// new leader runs it before recovering (storage/exec.Recover): a
+// predecessor killed between prewrite and commit no longer holds writes
+// up for the locks' 3 s TTL.
+//
 // TiKV cannot store an empty value in a transaction (the buffer uses
 // empty for "deleted"), so values that are empty or start with 0xFF are
 // stored with a 0xFF byte in front; all others, Axon's records included,
