@@ -110,8 +110,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	case isRequestError(err) && undealt:
 		return &Effects{Err: err}, nil
 	case isRequestError(err):
-		// The failure may rest on what the work read: keep the touches so
-		// the answer stays ordered, drop everything else.
+		// The revision is spent: its record says it changed nothing.
 		tx.discard()
 		return &Effects{Err: err, Writes: tx.writes()}, nil
 	case err != nil:
@@ -266,8 +265,10 @@ func (tx *txnEval) discard() {
 }
 
 // writes renders the evaluation's engine writes: a history record (with
-// the value) and a latest record (without) for written keys, the touch
-// for keys only read, and the revision record.
+// the value) and a latest record (without) for written keys, and the
+// revision record. Keys only read are not written back: latches order
+// the requests of one leader, the takeover wait those of two (see
+// "Touches" in doc.go).
 func (tx *txnEval) writes() []Write {
 	ws := make([]Write, 0, 2*len(tx.order)+1)
 	rr := RevisionRecord{Term: tx.term, Events: make([]RevisionEvent, 0, len(tx.events))}
@@ -275,22 +276,16 @@ func (tx *txnEval) writes() []Write {
 		rr.Events = append(rr.Events, RevisionEvent{Delete: ev.Type == mvccpb.DELETE, Key: ev.Kv.Key})
 	}
 	for _, e := range tx.order {
-		var rec Record
-		switch {
-		case e.written && e.cur != nil:
+		if !e.written {
+			continue
+		}
+		rec := Record{Tombstone: true, ModRev: tx.rev}
+		if e.cur != nil {
 			rec = *e.cur
-		case e.written:
-			rec = Record{Tombstone: true, ModRev: tx.rev}
-		case e.orig != nil:
-			rec = *e.orig
-		default:
-			rec = Record{Tombstone: true}
 		}
 		rec.Touch = tx.rev
-		if e.written {
-			ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: AppendRecord(nil, &rec)})
-			ws = e.attachWrites(ws)
-		}
+		ws = append(ws, Write{Key: HistoryKey(e.key, tx.rev), Value: AppendRecord(nil, &rec)})
+		ws = e.attachWrites(ws)
 		rec.Value = nil // the value lives once, in history
 		ws = append(ws, Write{Key: LatestKey(e.key), Value: AppendRecord(nil, &rec)})
 	}

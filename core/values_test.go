@@ -38,7 +38,8 @@ func TestValuesAreStoredOnce(t *testing.T) {
 	s := newScene(t, core.Config{})
 	s.propose(1, putOp("a", "one"))
 	s.settle()
-	// A txn that compares a's value and writes b touches a.
+	// A txn that compares a's value and writes b leaves a's records as
+	// they were: a key only read is not written back.
 	txn := &pb.TxnRequest{
 		Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("one")}}},
 		Success: []*pb.RequestOp{putOp("b", "two")},
@@ -48,13 +49,13 @@ func TestValuesAreStoredOnce(t *testing.T) {
 	if r := s.resps[len(s.resps)-1]; r.Err != nil || !r.Response.GetResponseTxn().Succeeded {
 		t.Fatalf("the txn comparing a's value: %s", core.DescribeResponse(r))
 	}
-	for _, k := range []string{"a", "b"} {
+	for k, touch := range map[string]int64{"a": 1, "b": 2} {
 		latest := s.record(core.LatestKey([]byte(k)))
 		if latest == nil || latest.Tombstone || len(latest.Value) != 0 {
 			t.Fatalf("latest record of %s: %+v, want one with no value", k, latest)
 		}
-		if latest.Touch != 2 {
-			t.Fatalf("latest record of %s touched at %d, want 2", k, latest.Touch)
+		if latest.Touch != touch {
+			t.Fatalf("latest record of %s touched at %d, want %d", k, latest.Touch, touch)
 		}
 		hist := s.record(core.HistoryKey([]byte(k), latest.ModRev))
 		if hist == nil {
