@@ -39,10 +39,13 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 		err error
 	)
 	undealt := w.Kind == core.WorkRequest && w.Rev == 0
-	if _, batch := txn.(storage.BatchReader); batch || undealt {
-		if rd, err = Reader(txn, core.WorkLookahead(w)); err != nil {
-			return nil, err
-		}
+	if m, perr := prefetch(txn, core.WorkLookahead(w)); perr != nil {
+		return nil, perr
+	} else if m != nil {
+		rd = m
+	} else if undealt {
+		// Evaluated twice: the second evaluation reads nothing again.
+		rd = newMemo(rd)
 	}
 	switch {
 	case undealt:
@@ -173,15 +176,25 @@ func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) (
 
 // Reader returns the reader to evaluate against txn. On an engine that
 // runs reads at once (storage.BatchReader) it first issues la's reads in
-// one batch and answers them from memory; it also remembers every point
-// read, so evaluating the same work twice (undealt, then at its revision)
-// reads nothing twice. Nothing may be written to txn while it is used.
+// one batch and answers them from memory (and remembers every later
+// point read too); elsewhere it reads txn as it is. Nothing may be
+// written to txn while it is used.
 func Reader(txn storage.Txn, la core.Lookahead) (core.Reader, error) {
-	m := newMemo(storage.NewReader(txn))
+	m, err := prefetch(txn, la)
+	if m == nil && err == nil {
+		return storage.NewReader(txn), nil
+	}
+	return m, err
+}
+
+// prefetch runs la's reads at once if txn can, and returns a memo of
+// them (nil if it did not read).
+func prefetch(txn storage.Txn, la core.Lookahead) (*memo, error) {
 	br, ok := txn.(storage.BatchReader)
 	if !ok || len(la.Gets)+len(la.Lasts) == 0 {
-		return m, nil
+		return nil, nil
 	}
+	m := newMemo(storage.NewReader(txn))
 	reads := make([]storage.Read, 0, len(la.Gets)+len(la.Lasts))
 	for _, k := range la.Gets {
 		reads = append(reads, storage.Read{Key: k})
