@@ -1331,3 +1331,22 @@ func TestTxnReadsEachKeyOnce(t *testing.T) {
 		t.Errorf("%d events, want %d", len(eff.Events), len(keys))
 	}
 }
+
+// TestALeaseOfEtcdsLongestTTLOutlivesAWallClock: etcd grants up to 9e9 s;
+// on a wall clock (nanoseconds since 1970) now plus that overflowed a
+// Duration and the lease expired at once.
+func TestALeaseOfEtcdsLongestTTLOutlivesAWallClock(t *testing.T) {
+	s := newScene(t, core.Config{})
+	now := time.Duration(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
+	s.node.Tick(now)
+	s.node.Grant(1, 7, core.MaxLeaseTTL)
+	s.settle()
+	if _, err := s.node.KeepAlive(7, now); err != nil {
+		t.Fatalf("keepalive: %v", err)
+	}
+	s.node.Tick(now + time.Hour)
+	s.settle()
+	if got := s.node.Leases(); !slices.Equal(got, []int64{7}) {
+		t.Fatalf("leases an hour after a grant of %d s: %v", core.MaxLeaseTTL, got)
+	}
+}

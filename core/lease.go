@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"slices"
 	"time"
 
@@ -220,7 +221,7 @@ func (n *Node) KeepAlive(leaseID int64, now time.Duration) (int64, error) {
 	if l == nil {
 		return 0, ErrLeaseNotFound
 	}
-	l.expiry = now + time.Duration(l.ttl)*time.Second
+	l.expiry = expiryAfter(now, l.ttl)
 	return l.ttl, nil
 }
 
@@ -266,7 +267,7 @@ func (n *Node) Tick(now time.Duration) {
 			continue
 		}
 		if l.expiry == 0 {
-			l.expiry = now + time.Duration(l.ttl)*time.Second
+			l.expiry = expiryAfter(now, l.ttl)
 		}
 		if l.expiry <= now {
 			expired = append(expired, id)
@@ -290,7 +291,7 @@ func (n *Node) commitLease(op *LeaseOp) {
 		return
 	}
 	l.busy = false
-	l.expiry = n.leases.now + time.Duration(l.ttl)*time.Second
+	l.expiry = expiryAfter(n.leases.now, l.ttl)
 	n.unpark(l, false)
 }
 
@@ -347,4 +348,14 @@ func DecodeLeaseRecord(b []byte) (int64, error) {
 		return 0, ErrBadRecord
 	}
 	return int64(ttl), nil
+}
+
+// expiryAfter is the deadline ttl seconds after now, or the end of time
+// if that lies past what a Duration holds: etcd grants up to 9e9 s
+// (MaxLeaseTTL), and a wall clock's now plus that overflows.
+func expiryAfter(now time.Duration, ttl int64) time.Duration {
+	if ttl > int64((math.MaxInt64-now)/time.Second) {
+		return math.MaxInt64
+	}
+	return now + time.Duration(ttl)*time.Second
 }
