@@ -46,7 +46,7 @@ func (t *txn) ReadBatch(reads []storage.Read) ([]storage.ReadResult, error) {
 			continue
 		}
 		wg.Go(func() {
-			snap := t.e.c.store.GetSnapshot(ts)
+			snap := t.e.scanSnapshot(t.ctx, ts)
 			snap.SetScanBatchSize(2) // a Scanner needs at least 2
 			it, err := openScan(snap, r.Key, r.Upper, true)
 			if err != nil {

@@ -463,14 +463,14 @@ func (it *iterator) openSource() source {
 		// A failed region lookup only costs the parallelism; the Scanner
 		// reports real read errors.
 		if bounds, err := e.regionBounds(it.t.ctx, it.lower, it.upper); err == nil && len(bounds) > 0 {
-			return e.newParallelSource(ts, it.lower, it.upper, bounds, it.reverse)
+			return e.newParallelSource(it.t.ctx, ts, it.lower, it.upper, bounds, it.reverse)
 		}
 	}
 	batch := defaultBatch
 	if it.limit > 0 && it.limit < defaultBatch {
 		batch = max(it.limit+1, 2) // a Scanner needs at least 2
 	}
-	snap := e.c.store.GetSnapshot(ts)
+	snap := e.scanSnapshot(it.t.ctx, ts)
 	snap.SetScanBatchSize(batch)
 	return &scannerSource{snap: snap, lower: it.lower, upper: it.upper, reverse: it.reverse}
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 
 	kvstore "github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/tikvrpc"
+	"github.com/tikv/client-go/v2/tikvrpc/interceptor"
+	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
 )
 
 // regionLookupBackoff bounds (in ms) the wait for region metadata before
@@ -46,6 +49,42 @@ func (e *Engine) regionBounds(ctx context.Context, lower, upper []byte) ([][]byt
 	return bounds, nil
 }
 
+// scanSnapshot returns a snapshot at ts for Scanners whose RPCs end with
+// ctx. client-go's Scanner sends its RPCs under a context of its own
+// (context.Background), not the caller's: without this a store that
+// stops answering held a scan for each RPC's timeout (60 s), again at
+// every retry, whatever the transaction's deadline. At ctx's end the
+// interceptor returns context.Canceled, which client-go does not retry,
+// and leaves the RPC to end by itself.
+func (e *Engine) scanSnapshot(ctx context.Context, ts uint64) *txnsnapshot.KVSnapshot {
+	snap := e.c.store.GetSnapshot(ts)
+	if ctx.Done() != nil {
+		snap.SetRPCInterceptor(interceptor.NewRPCInterceptor("axon-scan-context", func(next interceptor.RPCInterceptorFunc) interceptor.RPCInterceptorFunc {
+			return func(target string, req *tikvrpc.Request) (*tikvrpc.Response, error) {
+				if ctx.Err() != nil {
+					return nil, context.Canceled
+				}
+				type answer struct {
+					resp *tikvrpc.Response
+					err  error
+				}
+				ch := make(chan answer, 1)
+				go func() {
+					resp, err := next(target, req)
+					ch <- answer{resp, err}
+				}()
+				select {
+				case a := <-ch:
+					return a.resp, a.err
+				case <-ctx.Done():
+					return nil, context.Canceled
+				}
+			}
+		}))
+	}
+	return snap
+}
+
 type pair struct{ k, v []byte }
 
 // chunk is what a worker hands over: pairs in scan order, or the error
@@ -74,7 +113,7 @@ type parallelSource struct {
 	wg     sync.WaitGroup
 }
 
-func (e *Engine) newParallelSource(ts uint64, lower, upper []byte, bounds [][]byte, reverse bool) *parallelSource {
+func (e *Engine) newParallelSource(ctx context.Context, ts uint64, lower, upper []byte, bounds [][]byte, reverse bool) *parallelSource {
 	type keyRange struct{ lower, upper []byte }
 	ranges := make([]keyRange, 0, len(bounds)+1)
 	prev := lower
@@ -113,7 +152,7 @@ func (e *Engine) newParallelSource(ts uint64, lower, upper []byte, bounds [][]by
 				defer e.workers.Done()
 				defer p.wg.Done()
 				defer close(ch)
-				e.scanRange(ts, r.lower, r.upper, reverse, ch, p.stop)
+				e.scanRange(ctx, ts, r.lower, r.upper, reverse, ch, p.stop)
 			}()
 		}
 	}()
@@ -121,8 +160,8 @@ func (e *Engine) newParallelSource(ts uint64, lower, upper []byte, bounds [][]by
 }
 
 // scanRange sends the pairs of [lower, upper) to ch in chunks until done,
-// an error, or stop.
-func (e *Engine) scanRange(ts uint64, lower, upper []byte, reverse bool, ch chan<- chunk, stop <-chan struct{}) {
+// an error, or stop. Its RPCs end with ctx.
+func (e *Engine) scanRange(ctx context.Context, ts uint64, lower, upper []byte, reverse bool, ch chan<- chunk, stop <-chan struct{}) {
 	send := func(c chunk) bool {
 		select {
 		case ch <- c:
@@ -132,7 +171,7 @@ func (e *Engine) scanRange(ts uint64, lower, upper []byte, reverse bool, ch chan
 		}
 		return false
 	}
-	snap := e.c.store.GetSnapshot(ts)
+	snap := e.scanSnapshot(ctx, ts)
 	snap.SetScanBatchSize(defaultBatch)
 	it, err := openScan(snap, lower, upper, reverse)
 	if err != nil {

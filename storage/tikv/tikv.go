@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,10 @@ import (
 
 	"github.com/axon-kv/axon/storage"
 )
+
+// maxEntrySize bounds a key and value written together: TiKV's default
+// raft-entry-max-size, above which it refuses the write.
+const maxEntrySize = 8 << 20
 
 // Options configure Open.
 type Options struct {
@@ -187,6 +192,11 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	// Insert's keys are asserted absent at prewrite; writes without the
 	// flag carry no assertion.
 	tx.SetAssertionLevel(kvrpcpb.AssertionLevel_Strict)
+	// client-go's buffer takes entries of any size by default; one TiKV
+	// cannot take comes back from prewrite as a RaftEntryTooLarge region
+	// error, which would read as "unavailable, retry". Refused here, it
+	// fails Set with client-go's ErrEntryTooLarge: a plain error.
+	tx.GetUnionStore().SetEntrySizeLimit(maxEntrySize, math.MaxUint64)
 	t := &txn{e: e, tx: tx, ctx: ctx}
 	tx.SetRPCInterceptor(interceptor.NewRPCInterceptor("axon-commit-sent", func(next interceptor.RPCInterceptorFunc) interceptor.RPCInterceptorFunc {
 		return func(target string, req *tikvrpc.Request) (*tikvrpc.Response, error) {
