@@ -299,7 +299,11 @@ func (c *client) next() input {
 	case 5:
 		return c.read(&pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0")})
 	case 6:
-		return input{kind: opGrant, ttl: int64(2 + w.rng.IntN(4))}
+		ttl := int64(2 + w.rng.IntN(4))
+		if w.chance(0.05) {
+			ttl = core.MaxLeaseTTL // etcd's longest: it must outlive the run
+		}
+		return input{kind: opGrant, ttl: ttl}
 	case 7:
 		if len(c.leases) > 0 {
 			return input{kind: opKeepAlive, lease: c.leases[w.rng.IntN(len(c.leases))]}

@@ -56,7 +56,13 @@ func newNode(w *World, idx int) *node {
 func (n *node) id() string { return fmt.Sprintf("%s.%d", n.name, n.incarnation) }
 
 // clock is the node's wall clock: true time plus its offset.
-func (n *node) clock() time.Duration { return n.w.now + n.offset }
+func (n *node) clock() time.Duration { return wallEpoch + n.w.now + n.offset }
+
+// wallEpoch puts the nodes' clocks where a server's are (nanoseconds
+// since 1970, here November 2026), so that a deadline computed from one
+// overflows here as it would there: a lease of etcd's longest TTL (9e9 s)
+// did.
+const wallEpoch = 1_795_000_000 * time.Second
 
 func (n *node) start() {
 	n.incarnation++
