@@ -291,7 +291,13 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 			}
 		}
 	}
-	txn, err := s.eng.Begin(ctx)
+	bctx := ctx
+	if led {
+		// Every revision up to c committed through this engine before c
+		// got there.
+		bctx = storage.WithLeaderSnapshot(ctx)
+	}
+	txn, err := s.eng.Begin(bctx)
 	if err != nil {
 		return nil, 0, 0, err
 	}

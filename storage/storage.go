@@ -132,3 +132,25 @@ type LockResolver interface {
 	// committed, the others rolled back (they can then never commit).
 	ResolveLocks(ctx context.Context, ts uint64, lower, upper []byte) error
 }
+
+type leaderSnapshotKey struct{}
+
+// WithLeaderSnapshot marks ctx for a transaction whose caller has seen
+// every write it must read (or must not overwrite) commit through this
+// same engine before calling Begin: a leader, whose latches let a request
+// out only after the writes before it on its keys committed, and whose
+// recovery began after its predecessor's last commit. An engine whose
+// timestamps cost a round trip may then serve ReadBatch, before the
+// transaction writes, at the newest commit it has seen return instead of
+// at a fresh timestamp; conflicts are still checked from the fresh one
+// on. Not for a follower, whose writes commit elsewhere. Engines without
+// timestamps ignore it.
+func WithLeaderSnapshot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leaderSnapshotKey{}, true)
+}
+
+// LeaderSnapshot reports whether ctx was marked by WithLeaderSnapshot.
+func LeaderSnapshot(ctx context.Context) bool {
+	v, _ := ctx.Value(leaderSnapshotKey{}).(bool)
+	return v
+}

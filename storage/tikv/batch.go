@@ -21,7 +21,15 @@ func (t *txn) ReadBatch(reads []storage.Read) ([]storage.ReadResult, error) {
 	if t.gen > 0 || t.closed {
 		return storage.ReadEach(t, reads)
 	}
-	if err := t.begin("read batch"); err != nil {
+	// A leader's transaction reads at the newest timestamp seen while its
+	// own is on its way (start.go); others at their start timestamp.
+	ts := t.readTS
+	if t.tx != nil || ts == 0 {
+		if err := t.begin("read batch"); err != nil {
+			return nil, err
+		}
+		ts = t.tx.StartTS()
+	} else if err := t.e.acquire("read batch"); err != nil {
 		return nil, err
 	}
 	defer t.e.release()
@@ -39,7 +47,6 @@ func (t *txn) ReadBatch(reads []storage.Read) ([]storage.ReadResult, error) {
 		}
 		mu.Unlock()
 	}
-	ts := t.tx.StartTS()
 	for i, r := range reads {
 		if !r.Last {
 			points = append(points, r.Key)

@@ -8,6 +8,14 @@
 //
 // Begin takes a fresh timestamp from PD, so the snapshot holds every
 // transaction committed before the call, and StartTS is that timestamp.
+// A leader's transaction (storage.WithLeaderSnapshot) begins at once
+// instead: PD's timestamp is fetched in the background, and until the
+// transaction writes, ReadBatch reads at the newest timestamp the
+// backend has fetched or committed at (no older than 2 s), which holds
+// every commit that returned before Begin; everything else waits for the
+// start timestamp (start.go). A leader's request so reads in the round
+// trip of its start timestamp, and one that turns out to change nothing
+// is answered without it.
 // Reads (Get, Iter) run under Begin's context: canceling it fails them
 // with storage.ErrUnavailable. Writes are buffered in client-go's write
 // buffer and sent by Commit's two-phase commit. Async commit and 1PC are

@@ -59,6 +59,7 @@ var _ storage.Engine = (*Engine)(nil)
 // backend is the client-go store behind one or more Engine handles.
 type backend struct {
 	store           *kvstore.KVStore
+	seen            seenTS // for leaders' snapshots (start.go)
 	scanConcurrency int
 	mock            *mockParts // nil for a real cluster
 
@@ -174,15 +175,28 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 		return nil, err
 	}
 	defer e.release()
-	store := e.c.store
+	t := &txn{e: e, ctx: ctx}
+	if storage.LeaderSnapshot(ctx) {
+		t.pending, t.readTS = e.fetchStart(ctx), e.c.seen.snapshot()
+		return t, nil
+	}
 	bo := kvstore.NewBackofferWithVars(ctx, transaction.TsoMaxBackoff, nil)
-	ts, err := store.GetTimestampWithRetry(bo, oracle.GlobalTxnScope)
+	ts, err := e.c.store.GetTimestampWithRetry(bo, oracle.GlobalTxnScope)
 	if err != nil {
 		return nil, fmt.Errorf("tikv: begin: timestamp: %w: %w", storage.ErrUnavailable, err)
 	}
-	tx, err := store.Begin(kvstore.WithStartTS(ts))
+	if err := t.open(ts); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// open starts the client-go transaction at ts.
+func (t *txn) open(ts uint64) error {
+	t.e.c.seen.saw(ts)
+	tx, err := t.e.c.store.Begin(kvstore.WithStartTS(ts))
 	if err != nil {
-		return nil, fmt.Errorf("tikv: begin: %w: %w", storage.ErrUnavailable, err)
+		return fmt.Errorf("tikv: begin: %w: %w", storage.ErrUnavailable, err)
 	}
 	// Only a Commit RPC can make a plain 2PC transaction visible; async
 	// commit and 1PC would make a prewrite decisive and blur what a
@@ -197,7 +211,7 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	// error, which would read as "unavailable, retry". Refused here, it
 	// fails Set with client-go's ErrEntryTooLarge: a plain error.
 	tx.GetUnionStore().SetEntrySizeLimit(maxEntrySize, math.MaxUint64)
-	t := &txn{e: e, tx: tx, ctx: ctx}
+	t.tx = tx
 	tx.SetRPCInterceptor(interceptor.NewRPCInterceptor("axon-commit-sent", func(next interceptor.RPCInterceptorFunc) interceptor.RPCInterceptorFunc {
 		return func(target string, req *tikvrpc.Request) (*tikvrpc.Response, error) {
 			if req.Type == tikvrpc.CmdCommit {
@@ -206,12 +220,17 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 			return next(target, req)
 		}
 	}))
-	return t, nil
+	return nil
 }
 
 type txn struct {
-	e  *Engine
-	tx *transaction.KVTxn
+	e *Engine
+	// tx is nil while the start timestamp is pending (a leader's
+	// transaction): ReadBatch reads at readTS meanwhile (0: it waits
+	// too), everything else waits for it (started).
+	tx      *transaction.KVTxn
+	pending *pendingStart
+	readTS  uint64
 	// ctx is Begin's context; reads run under it (the storage contract's
 	// reads take none).
 	ctx context.Context
@@ -228,10 +247,49 @@ func (t *txn) begin(op string) error {
 	if t.closed {
 		return fmt.Errorf("tikv: %s: transaction: %w", op, storage.ErrClosed)
 	}
-	return t.e.acquire(op)
+	// Wait before taking the engine: the fetch takes it too, and a Close
+	// waiting between the two would block both.
+	if err := t.awaitStart(); err != nil {
+		return err
+	}
+	if err := t.e.acquire(op); err != nil {
+		return err
+	}
+	if t.tx == nil {
+		if err := t.open(t.pending.ts); err != nil {
+			t.e.release()
+			return err
+		}
+	}
+	return nil
 }
 
-func (t *txn) StartTS() uint64 { return t.tx.StartTS() }
+// awaitStart waits for a pending start timestamp.
+func (t *txn) awaitStart() error {
+	if t.tx != nil || t.pending == nil {
+		return nil
+	}
+	select {
+	case <-t.pending.done:
+	case <-t.ctx.Done():
+		return fmt.Errorf("tikv: begin: timestamp: %w: %w", storage.ErrUnavailable, t.ctx.Err())
+	}
+	if err := t.pending.err; err != nil {
+		return fmt.Errorf("tikv: begin: timestamp: %w: %w", storage.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// StartTS waits for a pending start timestamp; 0 if it failed.
+func (t *txn) StartTS() uint64 {
+	if t.tx == nil {
+		if t.begin("start timestamp") != nil {
+			return 0
+		}
+		t.e.release()
+	}
+	return t.tx.StartTS()
+}
 
 func (t *txn) Get(key []byte) ([]byte, error) {
 	if err := t.begin("get"); err != nil {
@@ -327,7 +385,9 @@ func (t *txn) Rollback() {
 	}
 	defer t.e.release()
 	t.end()
-	_ = t.tx.Rollback() // optimistic: only drops the buffer
+	if t.tx != nil {
+		_ = t.tx.Rollback() // optimistic: only drops the buffer
+	}
 }
 
 func (t *txn) Commit(ctx context.Context) error {
@@ -341,6 +401,9 @@ func (t *txn) Commit(ctx context.Context) error {
 		return fmt.Errorf("tikv: commit: %w: %w", storage.ErrUnavailable, err)
 	}
 	err := t.tx.Commit(ctx)
+	if ts := t.tx.CommitTS(); ts > 0 {
+		t.e.c.seen.saw(ts) // a leader's next reads must see it
+	}
 	if err == nil {
 		return nil
 	}
