@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,6 +36,15 @@ type Format struct {
 
 // ErrFormat reports a store this binary cannot serve as it is.
 var ErrFormat = errors.New("core: data format")
+
+// MetaRestoring names the meta record `axon snapshot restore` writes
+// before anything else and deletes, in the transaction that records the
+// format, at its very end: a store holding it is a restore cut short.
+const MetaRestoring = "restoring"
+
+// ErrRestoreInterrupted reports a store holding MetaRestoring: a part of
+// a snapshot, which no binary serves.
+var ErrRestoreInterrupted = fmt.Errorf("%w: the store holds an interrupted `axon snapshot restore` (only part of the snapshot): empty it (delete the data dir, or the TiKV keyspace) and restore again", ErrFormat)
 
 // FormatError says why a store's format is refused and what to do.
 type FormatError struct {
@@ -71,7 +81,8 @@ func DecodeFormat(b []byte) (Format, error) {
 
 // ReadFormat reads the store's format. An empty store (no Axon key at
 // all) has Version 0; a store with data and no record is
-// FormatUnrecorded.
+// FormatUnrecorded, unless it is a restore cut short
+// (ErrRestoreInterrupted).
 func ReadFormat(rd Reader) (Format, error) {
 	v, ok, err := rd.Get(MetaKey(MetaFormat))
 	if err != nil {
@@ -79,6 +90,9 @@ func ReadFormat(rd Reader) (Format, error) {
 	}
 	if ok {
 		return DecodeFormat(v)
+	}
+	if _, ok, err := rd.Get(MetaKey(MetaRestoring)); err != nil || ok {
+		return Format{}, cmp.Or(err, ErrRestoreInterrupted)
 	}
 	empty := true
 	lower, upper := Keyspace()

@@ -56,19 +56,31 @@ type Restored struct {
 // writes, from etcd or from Axon) into eng, which must hold no Axon
 // data: every version of its key bucket, its leases and its compact
 // revision, so that Axon answers as the etcd it came from, at the same
-// revisions. It writes in transactions of about BatchBytes, so a
-// restore that fails part way leaves a partial store: delete it and
-// restore again (a second Restore refuses it as not empty).
+// revisions.
+//
+// It writes in transactions of about BatchBytes. The first marks the
+// store as a restore under way (core.MetaRestoring); the last records
+// the format and deletes the mark, so a store cut short in between is
+// refused by every binary (core.ErrRestoreInterrupted). A restore that
+// fails part way deletes what it wrote and returns its error saying so;
+// if that cleanup fails too, the mark stays and the error says so.
 func Restore(ctx context.Context, path string, eng storage.Engine, opts RestoreOptions) (Restored, error) {
 	db, cleanup, err := openSnapshot(path, opts.SkipHashCheck)
 	if err != nil {
 		return Restored{}, err
 	}
 	defer cleanup()
-	if err := checkEmpty(ctx, eng); err != nil {
-		return Restored{}, err
+	limit := cmp.Or(max(opts.BatchBytes, 0), 4<<20)
+	by := cmp.Or(opts.By, "axon snapshot restore")
+	if err := begin(ctx, eng, by); err != nil {
+		if errors.Is(err, ErrNotEmpty) || errors.Is(err, storage.ErrConflict) {
+			// Nothing written.
+			return Restored{}, err
+		}
+		// The mark may have been written (an uncertain commit).
+		return Restored{}, undo(ctx, eng, limit, err)
 	}
-	w := &batchWriter{ctx: ctx, eng: eng, limit: cmp.Or(max(opts.BatchBytes, 0), 4<<20)}
+	w := &batchWriter{ctx: ctx, eng: eng, limit: limit}
 	var out Restored
 	err = db.View(func(tx *bbolt.Tx) error {
 		compacted, err := readCompacted(tx)
@@ -100,16 +112,113 @@ func Restore(ctx context.Context, path string, eng storage.Engine, opts RestoreO
 		if err != nil {
 			return err
 		}
-		// The format is recorded last: a restore cut short leaves a store
-		// that no binary serves as complete.
-		if err := w.add(append(im.Finish(leases), core.FormatWrite(cmp.Or(opts.By, "axon snapshot restore")))); err != nil {
+		if err := w.add(im.Finish(leases)); err != nil {
 			return err
 		}
+		// The format is recorded last, with the mark's deletion in the
+		// same transaction: until then no binary serves the store.
+		w.pending = append(w.pending, core.FormatWrite(by), core.Write{Key: core.MetaKey(core.MetaRestoring), Delete: true})
 		out.Compacted, out.Leases = compacted, len(leases)
 		out.Revision = max(out.Revision, compacted)
 		return w.flush()
 	})
-	return out, err
+	if err != nil {
+		return Restored{}, undo(ctx, eng, limit, err)
+	}
+	return out, nil
+}
+
+// begin checks that eng holds no Axon data and marks it as a restore
+// under way, in one transaction (which locks the format record, so that
+// a server recording the format of the empty store at once conflicts
+// with it instead of serving a partial store).
+func begin(ctx context.Context, eng storage.Engine, by string) error {
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdsnap: %w", err)
+	}
+	defer txn.Rollback()
+	rd := storage.NewReader(txn)
+	empty, err := core.IsEmpty(rd)
+	if err != nil {
+		return fmt.Errorf("etcdsnap: %w", err)
+	}
+	if !empty {
+		if _, ok, err := rd.Get(core.MetaKey(core.MetaRestoring)); err == nil && ok {
+			return fmt.Errorf("%w: %w", ErrNotEmpty, core.ErrRestoreInterrupted)
+		}
+		return ErrNotEmpty
+	}
+	if err := txn.Lock(core.MetaKey(core.MetaFormat)); err != nil {
+		return fmt.Errorf("etcdsnap: %w", err)
+	}
+	if err := txn.Set(core.MetaKey(core.MetaRestoring), []byte(by)); err != nil {
+		return fmt.Errorf("etcdsnap: %w", err)
+	}
+	if err := txn.Commit(ctx); err != nil {
+		return fmt.Errorf("etcdsnap: mark the restore: %w", err)
+	}
+	return nil
+}
+
+// undo empties the store after the restore failed with cause: every key
+// of Axon's keyspace is deleted, in transactions of about limit bytes of
+// keys, the restore's mark last. It returns cause wrapped, saying
+// whether the store was emptied. It runs on even if ctx was canceled (a
+// restore interrupted is the commonest failure).
+func undo(ctx context.Context, eng storage.Engine, limit int, cause error) error {
+	if err := emptyStore(context.WithoutCancel(ctx), eng, limit); err != nil {
+		return fmt.Errorf("etcdsnap: the restore failed: %w; emptying the store failed too (%w): it is left marked as an interrupted restore, which axon serve refuses: empty it (delete the data dir, or the TiKV keyspace) before restoring again", cause, err)
+	}
+	return fmt.Errorf("etcdsnap: the restore failed and the store was emptied of what it wrote (restore again once fixed): %w", cause)
+}
+
+// undoKeys bounds the deletions of one cleanup transaction.
+const undoKeys = 1000
+
+// emptyStore deletes every key in Axon's keyspace, the restore's mark
+// last, in bounded transactions.
+func emptyStore(ctx context.Context, eng storage.Engine, limit int) error {
+	lower, upper := core.Keyspace()
+	mark := core.MetaKey(core.MetaRestoring)
+	for from := lower; ; {
+		var keys [][]byte
+		size := 0
+		txn, err := eng.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		err = storage.NewReader(txn).Scan(from, upper, false, undoKeys+1, func(k, _ []byte) bool {
+			if bytes.Equal(k, mark) {
+				return true
+			}
+			keys = append(keys, bytes.Clone(k))
+			size += len(k)
+			return len(keys) < undoKeys && size < limit
+		})
+		if err == nil && len(keys) == 0 {
+			// Nothing but the mark (if any) is left.
+			err = txn.Delete(mark)
+			if err == nil {
+				err = txn.Commit(ctx)
+			}
+			txn.Rollback()
+			return err
+		}
+		for _, k := range keys {
+			if err == nil {
+				err = txn.Delete(k)
+			}
+		}
+		if err == nil {
+			err = txn.Commit(ctx)
+		}
+		txn.Rollback()
+		if err != nil {
+			return err
+		}
+		from = append(keys[len(keys)-1], 0)
+	}
 }
 
 // openSnapshot checks the file's hash trailer and opens its database
@@ -201,23 +310,6 @@ func checkDB(db *bbolt.DB, size int64) (err error) {
 		}
 		return nil
 	})
-}
-
-// checkEmpty refuses an engine that holds Axon data.
-func checkEmpty(ctx context.Context, eng storage.Engine) error {
-	txn, err := eng.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer txn.Rollback()
-	empty, err := core.IsEmpty(storage.NewReader(txn))
-	if err != nil {
-		return err
-	}
-	if !empty {
-		return ErrNotEmpty
-	}
-	return nil
 }
 
 // readCompacted reads the compact revision etcd finished.
