@@ -287,9 +287,22 @@ func (n *node) recordAttempts(wk *core.Work, eff *core.Effects) {
 	}
 }
 
+// describeWork is core.DescribeWork for the trace: an election's
+// deadline, on its node's clock, less that clock's wall-clock epoch (so
+// near the world's time, off by the node's clock offset).
+func describeWork(wk *core.Work) string {
+	if wk.Kind == core.WorkElect && wk.Elect != nil && !wk.Elect.Observe {
+		c, e := *wk, *wk.Elect
+		e.Next.Deadline -= wallEpoch
+		c.Elect = &e
+		return core.DescribeWork(&c)
+	}
+	return core.DescribeWork(wk)
+}
+
 func (n *node) finish(d *driver.Driver, wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
 	if wk.Kind != core.WorkSweep {
-		n.w.note("%s %s -> %v %v", n.id(), core.DescribeWork(wk), out, errText(err))
+		n.w.note("%s %s -> %v %v", n.id(), describeWork(wk), out, errText(err))
 	}
 	d.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
 }

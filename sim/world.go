@@ -89,14 +89,22 @@ func (w *World) after(d time.Duration, what string, fn func()) {
 	heap.Push(&w.events, &event{at: w.now + max(d, 0), seq: w.seq, what: what, fn: fn})
 }
 
-// note adds a line to the trace (and its hash).
+// note adds a line to the trace (and its hash), at the world's virtual
+// time (not a node's clock, which runs at a wall clock's epoch).
 func (w *World) note(format string, args ...any) {
-	line := fmt.Sprintf("%12d %s", w.now, fmt.Sprintf(format, args...))
+	line := traceTime(w.now) + " " + fmt.Sprintf(format, args...)
 	w.hash.Write([]byte(line))
 	w.hash.Write([]byte{'\n'})
 	if w.cfg.Trace {
 		w.trace = append(w.trace, line)
 	}
+}
+
+// traceTime formats a virtual time as seconds, to the nanosecond (exact:
+// a line says when its event ran, as the run did), aligned in a column:
+// "    1.250000000s".
+func traceTime(d time.Duration) string {
+	return fmt.Sprintf("%5d.%09ds", d/time.Second, d%time.Second)
 }
 
 func (w *World) fault(kind string, format string, args ...any) {

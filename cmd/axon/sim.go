@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -106,11 +107,69 @@ func simOne(cmd *cobra.Command, f simFlags) error {
 	return nil
 }
 
+// progress reports a swarm's progress: on a terminal one line updated in
+// place every 100 seeds; elsewhere (a CI log, a file) a line of its own
+// at most every interval, and at the end, so that a long swarm's log
+// stays short and readable.
+type progress struct {
+	w        io.Writer
+	tty      bool
+	interval time.Duration
+	total    int
+	start    time.Time
+	last     time.Time
+	// open: a line on the terminal awaits its update (no newline yet).
+	open bool
+}
+
+// progressInterval spaces a swarm's progress lines off a terminal.
+const progressInterval = 10 * time.Second
+
+func newProgress(w io.Writer, total int, start time.Time) *progress {
+	return &progress{w: w, tty: isTerminal(w), interval: progressInterval, total: total, start: start, last: start}
+}
+
+// isTerminal tells whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Stat() (os.FileInfo, error) })
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// report says that n of the seeds ran, failed of them failing, at now.
+// Calls come in the order of n.
+func (p *progress) report(n, failed int, now time.Time) {
+	done := n == p.total
+	line := fmt.Sprintf("%d/%d seeds, %d failed, %.0f seeds/min", n, p.total, failed, float64(n)/now.Sub(p.start).Minutes())
+	switch {
+	case p.tty && (n%100 == 0 || done):
+		fmt.Fprintf(p.w, "\r%s", line)
+		p.open = !done
+		if done {
+			fmt.Fprintln(p.w)
+		}
+	case !p.tty && (done || now.Sub(p.last) >= p.interval):
+		p.last = now
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+// breakLine ends the line updated in place, before another is written.
+func (p *progress) breakLine() {
+	if p.open {
+		fmt.Fprintln(p.w)
+		p.open = false
+	}
+}
+
 func simSwarm(cmd *cobra.Command, f simFlags) error {
 	start := time.Now()
 	var (
 		next     atomic.Uint64
-		done     atomic.Int64
+		done     int
 		failures []sim.Result
 		ops      atomic.Int64
 		mu       sync.Mutex
@@ -119,6 +178,7 @@ func simSwarm(cmd *cobra.Command, f simFlags) error {
 	next.Store(f.first)
 	last := f.first + uint64(f.seeds) - 1
 	out := cmd.OutOrStdout()
+	prog := newProgress(cmd.ErrOrStderr(), f.seeds, start)
 	for range max(f.parallel, 1) {
 		wg.Add(1)
 		go func() {
@@ -130,23 +190,20 @@ func simSwarm(cmd *cobra.Command, f simFlags) error {
 				}
 				r := sim.Run(f.config(seed, false))
 				ops.Add(int64(r.Ops))
-				n := done.Add(1)
 				mu.Lock()
+				done++
 				if r.Err != nil {
 					failures = append(failures, r)
+					prog.breakLine()
 					fmt.Fprintln(out, r.Line())
 				}
-				if n%100 == 0 || n == int64(f.seeds) {
-					el := time.Since(start)
-					fmt.Fprintf(cmd.ErrOrStderr(), "\r%d/%d seeds, %d failed, %.0f seeds/min", n, f.seeds, len(failures), float64(n)/el.Minutes())
-				}
+				prog.report(done, len(failures), time.Now())
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	el := time.Since(start)
-	fmt.Fprintln(cmd.ErrOrStderr())
 	fmt.Fprintf(out, "swarm: %d seeds (%d..%d) in %v: %d failed, %.0f seeds/min, %.0f client ops/s\n",
 		f.seeds, f.first, last, el.Round(time.Millisecond), len(failures), float64(f.seeds)/el.Minutes(), float64(ops.Load())/el.Seconds())
 	for i, r := range failures {
