@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -31,11 +34,17 @@ func snapshotRestoreCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			// An interrupt cancels the restore, which then empties the
+			// store of what it wrote; a second one kills it (the store
+			// stays marked as an interrupted restore, which serve refuses).
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			context.AfterFunc(ctx, stop)
 			eng, _, err := openEngine(cmd.Context(), f, log)
 			if err != nil {
 				return err
 			}
-			r, err := etcdsnap.Restore(cmd.Context(), args[0], eng, etcdsnap.RestoreOptions{SkipHashCheck: skipHash, By: server.BinaryVersion()})
+			r, err := etcdsnap.Restore(ctx, args[0], eng, etcdsnap.RestoreOptions{SkipHashCheck: skipHash, By: server.BinaryVersion()})
 			if cerr := eng.Close(); err == nil {
 				err = cerr
 			}
