@@ -29,11 +29,15 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 	m.s.mu.Unlock()
 	// etcdctl divides by the db size: never report 0.
 	used, err := m.s.space.used()
-	if err != nil {
+	failed := m.s.engineFailed()
+	if err != nil && failed == nil {
 		return nil, toGRPC(err)
 	}
 	size := max(used, 1)
 	var errs []string
+	if failed != nil {
+		errs = append(errs, failed.Error())
+	}
 	if on, err := m.s.noSpace(ctx); err != nil {
 		return nil, toGRPC(err)
 	} else if on {
@@ -61,7 +65,8 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 		start := time.Now()
 		before, _ := m.s.space.used()
 		if err := d.Defrag(ctx); err != nil {
-			return nil, toGRPC(err)
+			m.s.log.Warn("defragment", "err", err)
+			return nil, m.s.defragError(err)
 		}
 		after, _ := m.s.space.used()
 		m.s.log.Info("defragmented", "took", time.Since(start), "bytes_before", before, "bytes_after", after)

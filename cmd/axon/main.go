@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,7 +160,16 @@ func autoCompaction(mode, retention string) (server.AutoCompaction, error) {
 	return server.AutoCompaction{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
 }
 
-func serve(ctx context.Context, f serveFlags) error {
+// shutdownTimeout bounds the shutdown that SIGTERM or SIGINT starts
+// (leadership handoff 5 s, grace for calls 5 s, engine close 10 s, with
+// room to spare): past it the process exits with status 1 whatever is
+// still running.
+const shutdownTimeout = 30 * time.Second
+
+// failedFunc reports why the engine stopped taking writes, or nil.
+type failedFunc func() error
+
+func serve(ctx context.Context, f serveFlags) (err error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	tl, err := f.listenTLS()
 	if err != nil {
@@ -183,8 +193,9 @@ func serve(ctx context.Context, f serveFlags) error {
 		ready   atomic.Bool
 		srvP    atomic.Pointer[server.Server]
 		healthP atomic.Pointer[http.HandlerFunc]
+		failedP atomic.Pointer[failedFunc]
 	)
-	mux := withPprof(metricsMux(&ready, &srvP, &healthP), f.enablePprof)
+	mux := withPprof(metricsMux(&ready, &srvP, &healthP, &failedP), f.enablePprof)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	metricsLis, err := listenAll(f.listenMetrics, tl.client)
 	if err != nil {
@@ -210,7 +221,27 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
+	defer func() {
+		// A failed data directory ends the process with an error: writes
+		// were refused and some may be lost (Close logs what).
+		var failure error
+		if fe, ok := eng.(server.Failer); ok {
+			failure = fe.Failed()
+		}
+		if cerr := eng.Close(); cerr != nil {
+			log.Error("closing the engine", "err", cerr)
+			if err == nil {
+				err = cerr
+			}
+		}
+		if failure != nil && err == nil {
+			err = fmt.Errorf("stopped after the data directory failed: %w", failure)
+		}
+	}()
+	if fe, ok := eng.(server.Failer); ok {
+		failed := failedFunc(fe.Failed)
+		failedP.Store(&failed)
+	}
 	adv := f.advertiseClient
 	if len(adv) == 0 {
 		adv = f.listenClient
@@ -262,6 +293,12 @@ func serve(ctx context.Context, f serveFlags) error {
 		<-ctx.Done()
 		log.Info("shutting down")
 		ready.Store(false)
+		// Nothing below may hang the process: a failed data directory
+		// can leave engine calls stuck for good.
+		time.AfterFunc(shutdownTimeout, func() {
+			log.Error("shutdown did not finish in time; exiting", "timeout", shutdownTimeout)
+			os.Exit(1)
+		})
 		// Hand leadership over first, so clients of other instances see
 		// no error and their watches resume at once.
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -395,13 +432,28 @@ func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.En
 
 // metricsMux serves /health, /readyz and /metrics. /readyz is 200 once
 // ready is set (the node has recovered and the client listener is bound)
-// and 503 before that and once shutdown begins; /health is etcd's check
-// (health) once ready; /metrics serves the server's registry once it
-// exists.
-func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], health *atomic.Pointer[http.HandlerFunc]) *http.ServeMux {
+// and 503 before that, once shutdown begins and once the engine failed;
+// /health is etcd's check (check) once ready, and false once the engine
+// failed; /metrics serves the server's registry once it exists.
+func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *atomic.Pointer[http.HandlerFunc], failed *atomic.Pointer[failedFunc]) *http.ServeMux {
 	mux := http.NewServeMux()
+	failure := func() error {
+		if f := failed.Load(); f != nil {
+			return (*f)()
+		}
+		return nil
+	}
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
-		if h := health.Load(); h != nil && ready.Load() {
+		if err := failure(); err != nil {
+			// etcd's health answers false with a reason when the member
+			// cannot serve; etcd itself would have exited.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			b, _ := json.Marshal(health{Health: "false", Reason: "STORAGE ERROR:" + err.Error()})
+			fmt.Fprintln(w, string(b))
+			return
+		}
+		if h := check.Load(); h != nil && ready.Load() {
 			(*h)(w, r)
 			return
 		}
@@ -410,6 +462,10 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], health *
 		fmt.Fprintln(w, `{"health":"false","reason":"not serving"}`)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := failure(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	bdb "github.com/dgraph-io/badger/v4"
 
@@ -28,6 +30,12 @@ type Options struct {
 	// server and the GC's headroom. 0 keeps the defaults below (64 MiB
 	// memtables, about 500 MiB under a steady write load).
 	MemoryBudget int64
+	// ProbeEvery is how often the engine checks, while idle, that its data
+	// directory still takes writes (default DefaultProbeEvery). Commits
+	// check the directory themselves.
+	ProbeEvery time.Duration
+	// CloseTimeout bounds Close (default DefaultCloseTimeout).
+	CloseTimeout time.Duration
 }
 
 // sizes are badger's memory settings.
@@ -68,6 +76,21 @@ type Engine struct {
 	// db, so Close waits for operations in flight, commits included.
 	mu     sync.RWMutex
 	closed bool
+	// closing is closed once Close's work is done; closeErr is its error.
+	closing   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	// dir is the data directory; guard watches it and failure, once
+	// set, is why the engine takes no more writes (ErrFailed).
+	dir          string
+	guard        *dirGuard
+	failure      atomic.Pointer[error]
+	probeEvery   time.Duration
+	closeTimeout time.Duration
+	watched      chan struct{}
+	// memTable is badger's memtable size (the defrag estimate uses it).
+	memTable int64
 
 	queue chan *commitReq
 	// alone runs a function in the commit loop, between groups.
@@ -160,14 +183,23 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", dir, err)
 	}
+	guard, err := newDirGuard(dir)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("badger: open %s: %w", dir, err)
+	}
 	e := &Engine{
 		db: db, queue: make(chan *commitReq, 1024), alone: make(chan func()), stop: make(chan struct{}), done: make(chan struct{}),
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
 		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
 		advisor:    newLogAdvisor(dir), log: logger,
+		closing: make(chan struct{}), dir: dir, guard: guard, watched: make(chan struct{}), memTable: sz.memTable,
+		probeEvery:   cmp.Or(max(opts.ProbeEvery, 0), DefaultProbeEvery),
+		closeTimeout: cmp.Or(max(opts.CloseTimeout, 0), DefaultCloseTimeout),
 	}
 	e.advise()
 	go e.commitLoop()
+	go e.watch()
 	return e, nil
 }
 
@@ -245,7 +277,21 @@ func (e *Engine) commitGroup(group []*commitReq) {
 	if len(ok) == 0 {
 		return
 	}
-	err := e.write(ts, ok)
+	var err error
+	if ferr := e.checkDir(); ferr != nil {
+		// Nothing goes to badger on a failed directory: on a read-only
+		// filesystem a write to a new page of its mmapped log would kill
+		// the process with SIGBUS, and on a removed one the write lands
+		// in unlinked files.
+		err = fmt.Errorf("badger: commit: %w: %w", storage.ErrUnavailable, ferr)
+	} else if err = e.write(ts, ok); err == nil {
+		if ferr := e.checkDir(); ferr != nil {
+			// Synced, but perhaps into files no longer in the directory
+			// (removed meanwhile): it must not be acknowledged as
+			// durable.
+			err = fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, ferr)
+		}
+	}
 	e.cmu.Lock()
 	if err == nil {
 		e.ts = ts
@@ -295,8 +341,10 @@ func (e *Engine) write(ts uint64, group []*commitReq) error {
 		if errors.Is(err, bdb.ErrBlockedWrites) {
 			return fmt.Errorf("badger: commit: %w", err) // refused: nothing applied
 		}
-		// The write itself failed; part of it may be in the log.
-		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, err)
+		// The write itself failed; part of it may be in the log. Badger
+		// cannot be trusted with more writes (an I/O error, a failed
+		// sync): the engine fails, as etcd stops on a failed commit.
+		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, e.fail(err))
 	}
 	return nil
 }
@@ -344,15 +392,49 @@ func (e *Engine) unregister(ts uint64) {
 
 // Close closes the database after the operations in flight finish. Open
 // transactions become unusable. Closing twice is harmless.
+//
+// Close gives up after CloseTimeout (2 s once the directory failed):
+// badger retries a memtable flush that fails forever, and a commit stuck
+// in badger would hold Close forever too. It then returns an error and
+// leaves badger open; the process is expected to exit.
 func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		go func() {
+			e.closeErr = e.close()
+			close(e.closing)
+		}()
+	})
+	timeout := e.closeTimeout
+	if e.Failed() != nil {
+		timeout = min(timeout, failedCloseTimeout)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-e.closing:
+		return e.closeErr
+	case <-t.C:
+	}
+	if f := e.Failed(); f != nil {
+		e.log.Error("badger did not close: its memtables cannot be flushed to the failed data directory. "+
+			"Writes acknowledged before the failure are in its write-ahead log and are replayed at the next open if the directory's files survive; "+
+			"none was acknowledged since. If the directory was removed, its data is lost unless restored from a backup or snapshot",
+			"dir", e.dir, "waited", timeout, "err", f)
+		return fmt.Errorf("badger: close: gave up after %v: %w", timeout, f)
+	}
+	e.log.Error("badger did not close: its memtables were not flushed to tables; acknowledged writes stay in its write-ahead log and are replayed at the next open",
+		"dir", e.dir, "waited", timeout)
+	return fmt.Errorf("badger: close: gave up after %v", timeout)
+}
+
+func (e *Engine) close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
 	e.closed = true
 	close(e.stop)
 	<-e.done
+	<-e.watched
+	e.guard.close()
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
 	}
@@ -581,6 +663,10 @@ func (t *txn) Commit(ctx context.Context) error {
 	if len(t.writes) == 0 {
 		t.e.forget(t.ts)
 		return nil
+	}
+	if err := t.e.Failed(); err != nil {
+		t.e.forget(t.ts)
+		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUnavailable, err)
 	}
 	// The committer unregisters the snapshot once it has checked r.
 	r := &commitReq{readTs: t.ts, writes: t.writes, err: make(chan error, 1)}

@@ -1,9 +1,13 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
 
 	bdb "github.com/dgraph-io/badger/v4"
 )
@@ -24,11 +28,26 @@ var defragKey = []byte("axon/badger/defrag")
 // their turn instead); reads go on. Flatten then merges the remaining
 // levels, with commits flowing, and the value log is collected until a
 // pass finds nothing to rewrite or ctx ends.
+//
+// It first checks that the data directory's filesystem has the room that
+// needs (DefragSpace): a rewrite that runs out of disk half-way leaves
+// badger stuck, or kills it with SIGBUS in its mmapped files. Short of
+// room it refuses with a *SpaceError before touching anything.
 func (e *Engine) Defrag(ctx context.Context) error {
 	if err := e.acquire("defrag"); err != nil {
 		return err
 	}
 	defer e.release()
+	if err := e.Failed(); err != nil {
+		return fmt.Errorf("badger: defrag: %w", err)
+	}
+	need, have, err := e.DefragSpace()
+	if err != nil {
+		return fmt.Errorf("badger: defrag: %w", err)
+	}
+	if have < need {
+		return &SpaceError{Need: need, Have: have}
+	}
 	done := make(chan error, 1)
 	select {
 	case e.alone <- func() { done <- e.flush() }:
@@ -75,3 +94,104 @@ func (e *Engine) flush() error {
 	}
 	return nil
 }
+
+// SpaceError is Defrag's refusal for want of free disk space; nothing was
+// touched.
+type SpaceError struct {
+	// Need is the estimate of the bytes the defragmentation writes before
+	// it frees any, Have the bytes free on the filesystem.
+	Need, Have int64
+}
+
+func (e *SpaceError) Error() string {
+	return fmt.Sprintf("badger: defrag: not enough free space to defragment: need %d bytes, have %d", e.Need, e.Have)
+}
+
+// DefragSpace reports the disk space Defrag needs and the space free on
+// the data directory's filesystem.
+//
+// Defrag writes new copies before it deletes the old: flushing the
+// memtables writes tables of about what their logs hold, compaction
+// writes what survives of the tables it merges (the old ones go only once
+// the new are written), and value log collection rewrites one value log
+// file at a time. The estimate is the sum of those — the bytes allocated
+// to the .mem files, the data that survives (the newest version of every
+// live key with its value, and the key of every other version or
+// tombstone, found by a scan of the keys), up to one value log file —
+// plus a margin for the manifest and a table being built. It is not the
+// size of the tables: a store full of deleted data needs little room to
+// give it back, and refusing that would block etcd's way out of NOSPACE.
+func (e *Engine) DefragSpace() (need, have int64, err error) {
+	var mem, vlog int64
+	entries, err := os.ReadDir(e.dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range entries {
+		ext := filepath.Ext(d.Name())
+		if ext != ".mem" && ext != ".vlog" {
+			continue
+		}
+		info, err := d.Info()
+		if err != nil {
+			continue // removed meanwhile (a flush)
+		}
+		size := info.Size()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			size = min(size, st.Blocks*512) // logs are preallocated sparse
+		}
+		if ext == ".mem" {
+			mem += size
+		} else {
+			vlog += size
+		}
+	}
+	kept := e.keptBytes()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(e.dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", e.dir, err)
+	}
+	have = int64(st.Bavail) * int64(st.Bsize)
+	need = mem + kept + min(vlog, e.db.Opts().ValueLogFileSize) + defragMargin
+	return need, have, nil
+}
+
+// defragMargin is room for the manifest, discard statistics and the
+// table being built beyond the estimate.
+const defragMargin = 8 << 20
+
+// keptBytes is what a full compaction keeps: the newest version of each
+// live key, key and value, and the key of every other version and
+// tombstone (badger keeps tombstones above the last level).
+func (e *Engine) keptBytes() int64 {
+	e.cmu.Lock()
+	ts := e.ts
+	e.cmu.Unlock()
+	tx := e.db.NewTransactionAt(ts, false)
+	defer tx.Discard()
+	opts := bdb.DefaultIteratorOptions
+	opts.PrefetchValues = false
+	opts.AllVersions = true
+	it := tx.NewIterator(opts)
+	defer it.Close()
+	var kept int64
+	var last []byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.Key()
+		newest := !bytes.Equal(k, last)
+		if newest {
+			last = append(last[:0], k...)
+		}
+		if newest && !item.IsDeletedOrExpired() {
+			kept += item.EstimatedSize() + pendingOverhead
+		} else {
+			kept += int64(len(k)) + pendingOverhead
+		}
+	}
+	return kept
+}
+
+// DefragSpace reports the estimate and the free space (the server's
+// DefragSpaceError).
+func (e *SpaceError) DefragSpace() (need, have int64) { return e.Need, e.Have }
