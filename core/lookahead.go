@@ -41,6 +41,32 @@ func (la *Lookahead) add(key []byte, rev int64) {
 	la.Lasts = append(la.Lasts, Bounds{lower, upper})
 }
 
+// expectedModRev is the mod revision a compare expects its single key at
+// (the apiserver's creates expect 0, its updates the revision it read).
+func expectedModRev(c *pb.Compare) (int64, bool) {
+	if len(c.RangeEnd) != 0 || c.Target != pb.Compare_MOD || c.Result != pb.Compare_EQUAL {
+		return 0, false
+	}
+	return c.GetModRevision(), true
+}
+
+// addVersion predicts the reads of a key expected at mod revision rev:
+// its latest record and, for rev > 0, the history record of that version
+// (its value). A point read each, where a scan for the newest version
+// would cost the engine more: the expectation is usually right, and when
+// it is not (a conflict) the value is read afterwards.
+func (la *Lookahead) addVersion(key []byte, rev int64) {
+	for _, g := range la.Gets {
+		if bytes.Equal(g, LatestKey(key)) {
+			return
+		}
+	}
+	la.Gets = append(la.Gets, LatestKey(key))
+	if rev > 0 {
+		la.Gets = append(la.Gets, HistoryKey(key, rev))
+	}
+}
+
 // WorkLookahead predicts the reads of request work: for each single key
 // its request puts, deletes, reads or compares (in every branch of a
 // txn), the latest record and the value of its latest version. Other
@@ -69,6 +95,10 @@ func addOpKeys(la *Lookahead, op *pb.RequestOp) {
 		add(tv.RequestRange.Key, tv.RequestRange.RangeEnd)
 	case *pb.RequestOp_RequestTxn:
 		for _, c := range tv.RequestTxn.Compare {
+			if rev, ok := expectedModRev(c); ok && len(la.Gets) < lookaheadKeys {
+				la.addVersion(c.Key, rev)
+				continue
+			}
 			add(c.Key, c.RangeEnd)
 		}
 		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.Success, tv.RequestTxn.Failure} {
