@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -170,6 +171,21 @@ const shutdownTimeout = 30 * time.Second
 type failedFunc func() error
 
 func serve(ctx context.Context, f serveFlags) (err error) {
+	// hardStop ends the process if a shutdown hangs; serve disarms it
+	// when it returns (tests run serve in their own process).
+	var hardStop struct {
+		sync.Mutex
+		t    *time.Timer
+		done bool
+	}
+	defer func() {
+		hardStop.Lock()
+		hardStop.done = true
+		if hardStop.t != nil {
+			hardStop.t.Stop()
+		}
+		hardStop.Unlock()
+	}()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	tl, err := f.listenTLS()
 	if err != nil {
@@ -295,10 +311,14 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		ready.Store(false)
 		// Nothing below may hang the process: a failed data directory
 		// can leave engine calls stuck for good.
-		time.AfterFunc(shutdownTimeout, func() {
-			log.Error("shutdown did not finish in time; exiting", "timeout", shutdownTimeout)
-			os.Exit(1)
-		})
+		hardStop.Lock()
+		if !hardStop.done {
+			hardStop.t = time.AfterFunc(shutdownTimeout, func() {
+				log.Error("shutdown did not finish in time; exiting", "timeout", shutdownTimeout)
+				os.Exit(1)
+			})
+		}
+		hardStop.Unlock()
 		// Hand leadership over first, so clients of other instances see
 		// no error and their watches resume at once.
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

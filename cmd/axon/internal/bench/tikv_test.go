@@ -72,7 +72,9 @@ func TestTiKVQuick(t *testing.T) {
 			t.Errorf("%s: %.2f timestamps per op", r.Name, r.RPCsPerOp[tso])
 		}
 		if r.Clients == 1 {
-			if r.StepsPerOp < 1 || r.StepsPerOp > 10 {
+			// A leader's get reads without waiting for PD: one step,
+			// or less where it overlaps background calls.
+			if r.StepsPerOp < 0.5 || r.StepsPerOp > 10 {
 				t.Errorf("%s: %.2f steps per op", r.Name, r.StepsPerOp)
 			}
 			// The delay holds up every step, timestamps included.
