@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -129,14 +130,22 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	}
 	rep, err := bench.Run(ctx, o)
 	if rep != nil {
-		if terr := rep.WriteTable(cmd.OutOrStdout()); terr != nil && err == nil {
-			err = terr
-		}
-		if jerr := writeJSON(cmd, f.jsonPath, rep); jerr != nil && err == nil {
-			err = jerr
-		}
-		o.Log.Info("bench done", "took", time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
+		err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
 	}
+	return err
+}
+
+// writeReport prints a run's table, writes its JSON if asked and logs
+// how long it took; it returns the run's error, else the first of its
+// own.
+func writeReport(cmd *cobra.Command, jsonPath string, log *slog.Logger, rep interface{ WriteTable(io.Writer) error }, seconds float64, err error) error {
+	if terr := rep.WriteTable(cmd.OutOrStdout()); terr != nil && err == nil {
+		err = terr
+	}
+	if jerr := writeJSON(cmd, jsonPath, rep); jerr != nil && err == nil {
+		err = jerr
+	}
+	log.Info("bench done", "took", time.Duration(seconds*float64(time.Second)).Round(time.Second))
 	return err
 }
 

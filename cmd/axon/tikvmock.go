@@ -130,13 +130,7 @@ func runTiKVBench(ctx context.Context, cmd *cobra.Command, f benchFlags, o bench
 	}
 	rep, err := bench.RunTiKV(ctx, o, t)
 	if rep != nil {
-		if terr := rep.WriteTable(cmd.OutOrStdout()); terr != nil && err == nil {
-			err = terr
-		}
-		if jerr := writeJSON(cmd, f.jsonPath, rep); jerr != nil && err == nil {
-			err = jerr
-		}
-		o.Log.Info("bench done", "took", time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
+		err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
 	}
 	return err
 }

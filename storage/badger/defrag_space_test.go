@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/internal/fsutil"
+	"github.com/axon-kv/axon/internal/tmpfstest"
 )
 
 // TestDefragRefusesWithoutSpace fills a small tmpfs almost full under a
@@ -24,18 +24,7 @@ import (
 // space is back Defrag runs and gives space back. It mounts a tmpfs, so
 // it runs as root (as CI does) and skips otherwise.
 func TestDefragRefusesWithoutSpace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
+	mnt := tmpfstest.Mount(t, "96m")
 	dir := filepath.Join(mnt, "data")
 	e, err := Open(dir, Options{MemoryBudget: 64 << 20})
 	if err != nil {

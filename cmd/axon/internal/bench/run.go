@@ -36,17 +36,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.finish()
 		return rep, err
 	}
-	work := o.WorkDir
-	if work == "" {
-		d, err := os.MkdirTemp("", "axon-bench-")
-		if err != nil {
-			return nil, fmt.Errorf("make work dir: %w", err)
-		}
-		work = d
-		if !o.Keep {
-			defer os.RemoveAll(d)
-		}
+	work, cleanup, err := workDir(o, "axon-bench-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	if o.CPUProfileDir != "" {
 		if err := os.MkdirAll(o.CPUProfileDir, 0o755); err != nil {
 			return nil, fmt.Errorf("make profile dir: %w", err)
@@ -330,4 +324,20 @@ func (r *runner) profile(s *server, name string, d time.Duration) func() {
 		r.log.Info("cpu profile written", "path", path)
 	}()
 	return func() { <-done }
+}
+
+// workDir is o.WorkDir, or a new temporary directory (prefix) that
+// cleanup removes unless o.Keep.
+func workDir(o Options, prefix string) (dir string, cleanup func(), err error) {
+	if o.WorkDir != "" {
+		return o.WorkDir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("make work dir: %w", err)
+	}
+	if o.Keep {
+		return d, func() {}, nil
+	}
+	return d, func() { os.RemoveAll(d) }, nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -137,17 +136,11 @@ func RunTiKV(ctx context.Context, o Options, t TiKVOptions) (*TiKVReport, error)
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
 	}
-	work := o.WorkDir
-	if work == "" {
-		d, err := os.MkdirTemp("", "axon-bench-tikv-")
-		if err != nil {
-			return nil, fmt.Errorf("make work dir: %w", err)
-		}
-		work = d
-		if !o.Keep {
-			defer os.RemoveAll(d)
-		}
+	work, cleanup, err := workDir(o, "axon-bench-tikv-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	// A long lease: renewals are engine transactions that would count.
 	o.AxonFlags = append(slices.Clone(o.AxonFlags), "--store", "tikv-mock",
 		"--tikv-rpc-delay", t.RPCDelay.String(), "--tikv-regions", strconv.Itoa(t.Regions), "--leader-lease", "60s")
@@ -155,7 +148,7 @@ func RunTiKV(ctx context.Context, o Options, t TiKVOptions) (*TiKVReport, error)
 		dir: filepath.Join(work, "axon-tikv-mock"), loaded: map[int]*server{}}
 	log.Info("bench tikv", "work-dir", work, "rpc-delay", t.RPCDelay, "regions", t.Regions, "workloads", t.Workloads,
 		"clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
-	err := r.tikv(ctx, rep, t)
+	err = r.tikv(ctx, rep, t)
 	if cerr := r.cleanup(); err == nil {
 		err = cerr
 	}
@@ -450,10 +443,7 @@ func (rep *TiKVReport) WriteTable(w io.Writer) error {
 	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
-	h := []string{pad("workload"), "ops/s", "p50", "p99", "steps/op", "calls/op"}
-	for _, typ := range types {
-		h = append(h, typ)
-	}
+	h := append([]string{pad("workload"), "ops/s", "p50", "p99", "steps/op", "calls/op"}, types...)
 	line(append(h, "wtxn/op", "busiest region"))
 	for _, r := range rep.Rows {
 		res := r.Result
