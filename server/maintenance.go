@@ -150,6 +150,25 @@ func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb
 	return &pb.HashKVResponse{Header: m.s.header(header), Hash: h, CompactRevision: compacted, HashRevision: rev}, nil
 }
 
+// Hash hashes the store at the commit point, for consistency checks as
+// etcd's Hash: etcd hashes its whole backend file, which no other store
+// can reproduce; Axon hashes what HashKV at the commit point covers
+// (every version of every key, with its value, create revision, version
+// and lease). Every instance over one engine answers the same at one
+// revision; a diverged or damaged copy does not.
+func (m maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
+	txn, c, _, err := m.s.snapshot(ctx, false)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	defer txn.Rollback()
+	h, err := core.HashKV(storage.NewReader(txn), c)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.HashResponse{Header: m.s.header(c), Hash: h}, nil
+}
+
 // MoveLeader hands leadership to another instance (etcdctl move-leader).
 func (m maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
 	return m.s.moveLeader(ctx, r)
