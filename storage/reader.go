@@ -45,28 +45,22 @@ func (r Reader) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, 
 // a storage.BatchReader's ReadBatch must answer, for engines (or states)
 // that have nothing to gain from running them at once.
 func ReadEach(txn Txn, reads []Read) ([]ReadResult, error) {
+	rd := NewReader(txn)
 	out := make([]ReadResult, len(reads))
 	for i, r := range reads {
+		var err error
 		if !r.Last {
-			v, err := txn.Get(r.Key)
-			switch {
-			case errors.Is(err, ErrNotFound):
-			case err != nil:
-				return nil, err
-			default:
+			var v []byte
+			var found bool
+			if v, found, err = rd.Get(r.Key); found {
 				out[i] = ReadResult{Key: r.Key, Value: v, Found: true}
 			}
-			continue
+		} else {
+			err = rd.Scan(r.Key, r.Upper, true, 1, func(k, v []byte) bool {
+				out[i] = ReadResult{Key: bytes.Clone(k), Value: bytes.Clone(v), Found: true}
+				return false
+			})
 		}
-		it, err := txn.Iter(IterOptions{Lower: r.Key, Upper: r.Upper, Reverse: true, Limit: 1})
-		if err != nil {
-			return nil, err
-		}
-		if it.Next() {
-			out[i] = ReadResult{Key: bytes.Clone(it.Key()), Value: bytes.Clone(it.Value()), Found: true}
-		}
-		err = it.Err()
-		it.Close()
 		if err != nil {
 			return nil, err
 		}

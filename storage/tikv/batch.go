@@ -3,7 +3,8 @@ package tikv
 import (
 	"bytes"
 	"fmt"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/axon-kv/axon/storage"
 )
@@ -36,50 +37,41 @@ func (t *txn) ReadBatch(reads []storage.Read) ([]storage.ReadResult, error) {
 	var (
 		out    = make([]storage.ReadResult, len(reads))
 		points [][]byte
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		first  error
+		g      errgroup.Group
 	)
-	fail := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
-	}
 	for i, r := range reads {
 		if !r.Last {
 			points = append(points, r.Key)
 			continue
 		}
-		wg.Go(func() {
+		g.Go(func() error {
 			snap := t.e.scanSnapshot(t.ctx, ts)
 			snap.SetScanBatchSize(2) // a Scanner needs at least 2
 			it, err := openScan(snap, r.Key, r.Upper, true)
 			if err != nil {
-				fail(fmt.Errorf("tikv: last in [%q, %q): %w", r.Key, r.Upper, readErr(err)))
-				return
+				return fmt.Errorf("tikv: last in [%q, %q): %w", r.Key, r.Upper, readErr(err))
 			}
 			defer it.Close()
 			if it.Valid() && bytes.Compare(it.Key(), r.Key) >= 0 {
 				out[i] = storage.ReadResult{Key: bytes.Clone(it.Key()), Value: decodeValue(nil, it.Value()), Found: true}
 			}
+			return nil
 		})
 	}
 	if len(points) > 0 {
 		got, err := t.e.c.store.GetSnapshot(ts).BatchGet(t.ctx, points)
 		if err != nil {
-			fail(fmt.Errorf("tikv: batch get of %d keys: %w", len(points), readErr(err)))
+			_ = g.Wait()
+			return nil, fmt.Errorf("tikv: batch get of %d keys: %w", len(points), readErr(err))
 		}
 		for i, r := range reads {
-			if v, ok := got[string(r.Key)]; ok && !r.Last && err == nil {
+			if v, ok := got[string(r.Key)]; ok && !r.Last {
 				out[i] = storage.ReadResult{Key: r.Key, Value: decodeValue(make([]byte, 0, len(v.Value)), v.Value), Found: true}
 			}
 		}
 	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

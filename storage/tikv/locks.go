@@ -3,9 +3,9 @@ package tikv
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	kvstore "github.com/tikv/client-go/v2/tikv"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/axon-kv/axon/storage"
 )
@@ -38,26 +38,16 @@ func (e *Engine) ResolveLocks(ctx context.Context, ts uint64, lower, upper []byt
 	backoff := func(ctx context.Context) *kvstore.Backoffer {
 		return kvstore.NewBackofferWithVars(ctx, resolveBackoff, nil)
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		slots = make(chan struct{}, max(e.c.scanConcurrency, 4))
-	)
+	var g errgroup.Group
+	g.SetLimit(max(e.c.scanConcurrency, 4))
 	for i := range len(edges) - 1 {
 		from, to := edges[i], edges[i+1]
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
+		g.Go(func() error {
 			if _, err := kvstore.ResolveLocksForRange(ctx, resolver, ts, from, to, backoff, resolveScanLimit); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = fmt.Errorf("tikv: resolve locks in [%q, %q): %w: %w", from, to, storage.ErrUnavailable, err)
-				}
-				mu.Unlock()
+				return fmt.Errorf("tikv: resolve locks in [%q, %q): %w: %w", from, to, storage.ErrUnavailable, err)
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }

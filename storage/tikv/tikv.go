@@ -227,7 +227,7 @@ type txn struct {
 	e *Engine
 	// tx is nil while the start timestamp is pending (a leader's
 	// transaction): ReadBatch reads at readTS meanwhile (0: it waits
-	// too), everything else waits for it (started).
+	// too), everything else waits for it (begin).
 	tx      *transaction.KVTxn
 	pending *pendingStart
 	readTS  uint64
