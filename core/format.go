@@ -94,13 +94,7 @@ func ReadFormat(rd Reader) (Format, error) {
 	if _, ok, err := rd.Get(MetaKey(MetaRestoring)); err != nil || ok {
 		return Format{}, cmp.Or(err, ErrRestoreInterrupted)
 	}
-	empty := true
-	lower, upper := Keyspace()
-	err = rd.Scan(lower, upper, false, 1, func(_, _ []byte) bool {
-		empty = false
-		return false
-	})
-	if err != nil || empty {
+	if empty, err := IsEmpty(rd); err != nil || empty {
 		return Format{}, err
 	}
 	return Format{Version: FormatUnrecorded}, nil

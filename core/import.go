@@ -114,7 +114,8 @@ func (im *Importer) Finish(leases []LeaseState) []Write {
 // IsEmpty reports whether the engine holds no Axon record at all.
 func IsEmpty(rd Reader) (bool, error) {
 	empty := true
-	err := rd.Scan(magic[:], append(magic[:3:3], magic[3]+1), false, 1, func(_, _ []byte) bool {
+	lower, upper := Keyspace()
+	err := rd.Scan(lower, upper, false, 1, func(_, _ []byte) bool {
 		empty = false
 		return false
 	})

@@ -31,27 +31,38 @@ func OpenFormat(ctx context.Context, eng storage.Engine, by string, upgrade bool
 }
 
 func openFormat(ctx context.Context, eng storage.Engine, by string, upgrade bool, log *slog.Logger) (core.Format, error) {
-	f, err := readFormat(ctx, eng)
+	var f core.Format
+	// An empty store gets today's format in the transaction that found it
+	// empty: a restore marking the store at the same time conflicts.
+	err := update(ctx, eng, func(rd core.Reader) ([]core.Write, error) {
+		var err error
+		if f, err = core.ReadFormat(rd); err != nil || f.Version != 0 {
+			return nil, err
+		}
+		f = core.Format{Version: core.FormatVersion, By: by}
+		return []core.Write{core.FormatWrite(by)}, nil
+	})
 	if err != nil {
 		return f, err
 	}
 	upgradable, err := core.CheckFormat(f)
 	switch {
-	case f.Version == 0:
-		return core.Format{Version: core.FormatVersion, By: by}, write(ctx, eng, []core.Write{core.FormatWrite(by)})
 	case err == nil:
 		return f, nil
 	case !upgradable || !upgrade:
 		return f, fmt.Errorf("open: %w", err)
 	}
 	log.Info("upgrading the data format", "from", f.Version, "to", core.FormatVersion)
-	moved := 0
-	for {
-		ws, done, err := upgradeStep(ctx, eng, by)
+	for moved := 0; ; {
+		var done bool
+		err := update(ctx, eng, func(rd core.Reader) ([]core.Write, error) {
+			ws, fin, err := core.UpgradeStep(rd, by, upgradeBatch)
+			done, moved = fin, moved+(len(ws)-1)/2
+			return ws, err
+		})
 		if err != nil {
 			return f, fmt.Errorf("upgrade from format %d: %w", f.Version, err)
 		}
-		moved += (len(ws) - 1) / 2
 		if done {
 			log.Info("upgraded the data format", "to", core.FormatVersion, "revision_records_moved", moved)
 			return core.Format{Version: core.FormatVersion, By: by}, nil
@@ -59,38 +70,18 @@ func openFormat(ctx context.Context, eng storage.Engine, by string, upgrade bool
 	}
 }
 
-func readFormat(ctx context.Context, eng storage.Engine) (core.Format, error) {
-	txn, err := eng.Begin(ctx)
-	if err != nil {
-		return core.Format{}, err
-	}
-	defer txn.Rollback()
-	return core.ReadFormat(storage.NewReader(txn))
-}
-
-func upgradeStep(ctx context.Context, eng storage.Engine, by string) ([]core.Write, bool, error) {
-	txn, err := eng.Begin(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	defer txn.Rollback()
-	ws, done, err := core.UpgradeStep(storage.NewReader(txn), by, upgradeBatch)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := Buffer(txn, ws); err != nil {
-		return nil, false, err
-	}
-	return ws, done, txn.Commit(ctx)
-}
-
-// write commits ws in one transaction.
-func write(ctx context.Context, eng storage.Engine, ws []core.Write) error {
+// update runs fn in one transaction and commits the writes it returns
+// (none: nothing to commit).
+func update(ctx context.Context, eng storage.Engine, fn func(core.Reader) ([]core.Write, error)) error {
 	txn, err := eng.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer txn.Rollback()
+	ws, err := fn(storage.NewReader(txn))
+	if err != nil || len(ws) == 0 {
+		return err
+	}
 	if err := Buffer(txn, ws); err != nil {
 		return err
 	}
