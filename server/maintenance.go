@@ -157,16 +157,11 @@ func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb
 // and lease). Every instance over one engine answers the same at one
 // revision; a diverged or damaged copy does not.
 func (m maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
-	txn, c, _, err := m.s.snapshot(ctx, false)
+	kv, err := m.HashKV(ctx, &pb.HashKVRequest{})
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, err
 	}
-	defer txn.Rollback()
-	h, err := core.HashKV(storage.NewReader(txn), c)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return &pb.HashResponse{Header: m.s.header(c), Hash: h}, nil
+	return &pb.HashResponse{Header: kv.Header, Hash: kv.Hash}, nil
 }
 
 // MoveLeader hands leadership to another instance (etcdctl move-leader).
