@@ -353,9 +353,7 @@ func (s *Server) run(w *core.Work) driver.Result {
 	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
 	defer cancel()
 	began := time.Now()
-	// Work runs for the member that leads (or campaigns): every write it
-	// must see committed through this engine before it went out.
-	eff, out, err := exec.Run(storage.WithLeaderSnapshot(ctx), s.eng, w, s.drv)
+	eff, out, err := exec.Run(ctx, s.eng, w, s.drv)
 	s.metrics.observeRun(time.Since(began), out)
 	return driver.Result{Effects: eff, Outcome: out, Err: err}
 }

@@ -112,7 +112,10 @@ func Outcome(commitErr error) core.Outcome {
 // what became of it; the error says why, for the log).
 // Catch-up work is read-only and goes through CatchUp instead.
 func Run(ctx context.Context, eng storage.Engine, w *core.Work, d Dealer) (*core.Effects, core.Outcome, error) {
-	txn, err := eng.Begin(ctx)
+	// Work is the member's, leading or campaigning: the writes its
+	// request must see committed through eng before it went out (its
+	// latches), so it may read at the newest commit eng saw return.
+	txn, err := eng.Begin(storage.WithLeaderSnapshot(ctx))
 	if err != nil {
 		return nil, core.NotApplied, err
 	}
