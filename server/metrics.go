@@ -178,7 +178,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	if streams == 0 {
 		streams = math.MaxUint32
 	}
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
@@ -187,6 +187,10 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
 	}
+	if s.reads != nil {
+		opts = append(opts, grpc.StatsHandler(readStats{s.reads}), grpc.Creds(countingCreds{}))
+	}
+	return opts
 }
 
 // initGRPC creates the series of every method of the services Register
