@@ -344,4 +344,4 @@ func (countingCreds) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "insecure"}
 }
 func (countingCreds) Clone() credentials.TransportCredentials { return countingCreds{} }
-func (countingCreds) OverrideServerName(string) error          { return nil }
+func (countingCreds) OverrideServerName(string) error         { return nil }
