@@ -206,6 +206,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 
 // initGRPC creates the series of every method of the services Register
 // adds, so that they read 0 before the first call rather than being absent.
+// It runs once grpcHandling is settled.
 func (m *metrics) initGRPC() {
 	for _, sd := range []*grpc.ServiceDesc{&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc,
 		&pb.Maintenance_ServiceDesc, &pb.Cluster_ServiceDesc, &healthpb.Health_ServiceDesc} {
@@ -222,7 +223,14 @@ func (m *metrics) initMethod(typ, svc, method string) {
 	m.grpcStarted.WithLabelValues(typ, svc, method)
 	m.grpcMsgRecv.WithLabelValues(typ, svc, method)
 	m.grpcMsgSent.WithLabelValues(typ, svc, method)
-	m.grpcHandled.WithLabelValues(typ, svc, method, codes.OK.String())
+	// Every code, as etcd's go-grpc-prometheus does: a rate over an
+	// error code then reads 0, not nothing.
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		m.grpcHandled.WithLabelValues(typ, svc, method, c.String())
+	}
+	if m.grpcHandling != nil {
+		m.grpcHandling.WithLabelValues(typ, svc, method)
+	}
 }
 
 func rpcType(clientStream, serverStream bool) string {
