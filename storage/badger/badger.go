@@ -118,10 +118,12 @@ type Engine struct {
 	advisor *logAdvisor
 	log     *slog.Logger
 
-	// onCommit and onSync are the metrics' observers (observe.go).
-	onCommit atomic.Pointer[func(time.Duration)]
-	onSync   atomic.Pointer[func(time.Duration, int)]
-	inUse    inUseCache
+	// observers are the metrics' (observe.go).
+	observers struct {
+		commits storage.Observers[func(time.Duration)]
+		syncs   storage.Observers[func(time.Duration, int)]
+	}
+	inUse inUseCache
 }
 
 // adviseEvery is how many commit groups pass between looks for new log

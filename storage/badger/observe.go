@@ -15,27 +15,33 @@ var (
 // ObserveCommits reports each Commit that wrote something: the time from
 // its call to its answer (waiting for its group, the write and the
 // fsync).
-func (e *Engine) ObserveCommits(f func(time.Duration)) { e.onCommit.Store(&f) }
+func (e *Engine) ObserveCommits(f func(time.Duration)) { e.observers.commits.Add(f) }
 
 // ObserveSyncs reports each group commit: one badger write with its
 // fsync (SyncWrites), and how many transactions it carried.
-func (e *Engine) ObserveSyncs(f func(time.Duration, int)) { e.onSync.Store(&f) }
+func (e *Engine) ObserveSyncs(f func(time.Duration, int)) { e.observers.syncs.Add(f) }
 
 func (e *Engine) observeCommit(start time.Time) {
-	if f := e.onCommit.Load(); f != nil {
-		(*f)(time.Since(start))
+	if fs := e.observers.commits.Load(); fs != nil {
+		d := time.Since(start)
+		for _, f := range fs {
+			f(d)
+		}
 	}
 }
 
 // timedWrite is write, reported to the sync observer.
 func (e *Engine) timedWrite(ts uint64, group []*commitReq) error {
-	f := e.onSync.Load()
-	if f == nil {
+	fs := e.observers.syncs.Load()
+	if fs == nil {
 		return e.write(ts, group)
 	}
 	start := time.Now()
 	err := e.write(ts, group)
-	(*f)(time.Since(start), len(group))
+	d := time.Since(start)
+	for _, f := range fs {
+		f(d, len(group))
+	}
 	return err
 }
 

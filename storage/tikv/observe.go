@@ -13,11 +13,14 @@ var _ storage.CommitObserver = (*Engine)(nil)
 
 // ObserveCommits reports each Commit: the two-phase commit's prewrite,
 // commit timestamp and commit RPCs.
-func (e *Engine) ObserveCommits(f func(time.Duration)) { e.onCommit.Store(&f) }
+func (e *Engine) ObserveCommits(f func(time.Duration)) { e.observers.commits.Add(f) }
 
 func (e *Engine) observeCommit(start time.Time) {
-	if f := e.onCommit.Load(); f != nil {
-		(*f)(time.Since(start))
+	if fs := e.observers.commits.Load(); fs != nil {
+		d := time.Since(start)
+		for _, f := range fs {
+			f(d)
+		}
 	}
 }
 

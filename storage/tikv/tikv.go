@@ -52,8 +52,10 @@ type Engine struct {
 	closed  bool
 	closing chan struct{} // closed by Close: stops scan workers
 	workers sync.WaitGroup
-	// onCommit is the metrics' observer (observe.go).
-	onCommit atomic.Pointer[func(time.Duration)]
+	// observers are the metrics' (observe.go).
+	observers struct {
+		commits storage.Observers[func(time.Duration)]
+	}
 }
 
 var _ storage.Engine = (*Engine)(nil)
