@@ -197,7 +197,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
-		grpc.StatsHandler(payloadBytes{s.metrics.etcd}),
+		grpc.ForceServerCodecV2(newCountingCodec(s.metrics.etcd)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),

@@ -15,7 +15,9 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
@@ -422,23 +424,29 @@ func (e *etcdMetrics) observeReadIndex(d time.Duration, err error) {
 	}
 }
 
-// payloadBytes counts the bytes of gRPC messages, as etcd's codec does,
-// on the port clients and peers share.
-type payloadBytes struct{ e *etcdMetrics }
-
-func (p payloadBytes) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (p payloadBytes) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
+// countingCodec is gRPC's proto codec counting the bytes of the messages
+// it encodes and decodes, as etcd's codec does, on the port clients and
+// peers share. It adds no allocation (a stats handler would, per event).
+type countingCodec struct {
+	encoding.CodecV2
+	e *etcdMetrics
 }
-func (p payloadBytes) HandleConn(context.Context, stats.ConnStats) {}
 
-func (p payloadBytes) HandleRPC(_ context.Context, st stats.RPCStats) {
-	switch v := st.(type) {
-	case *stats.InPayload:
-		p.e.receivedBytes.Add(float64(v.Length))
-	case *stats.OutPayload:
-		p.e.sentBytes.Add(float64(v.Length))
+func newCountingCodec(e *etcdMetrics) countingCodec {
+	return countingCodec{CodecV2: encoding.GetCodecV2(protocodec.Name), e: e}
+}
+
+func (c countingCodec) Marshal(v any) (mem.BufferSlice, error) {
+	out, err := c.CodecV2.Marshal(v)
+	if err == nil {
+		c.e.sentBytes.Add(float64(out.Len()))
 	}
+	return out, err
+}
+
+func (c countingCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	c.e.receivedBytes.Add(float64(data.Len()))
+	return c.CodecV2.Unmarshal(data, v)
 }
 
 // peerUnary times the calls to another instance (To: its host:port).

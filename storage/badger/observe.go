@@ -55,38 +55,76 @@ const (
 
 // inUseCache keeps InUse's last scan.
 type inUseCache struct {
-	mu    sync.Mutex
-	next  time.Time // zero: scan at the next call
-	bytes int64
+	mu       sync.Mutex
+	next     time.Time // when a scan is due
+	bytes    int64
+	stale    bool // bytes is unknown or out of date: scan before answering
+	scanning bool // a scan runs in the background
+	// gen counts defragmentations: a scan begun before one is not kept.
+	gen int
 }
 
 // InUse estimates the bytes of data the store holds that a
 // defragmentation keeps (keptBytes: the newest version of every live key
 // with its value, the key of every other version and tombstone), as
 // etcd's size in use counts the pages of its database in use. It scans
-// the keys (no values) at most every inUseEvery and answers from the
-// last scan meanwhile; the first call after a defragmentation scans.
+// the keys (no values): the first call and the first after a
+// defragmentation wait for the scan; later ones answer from the last
+// scan and start the next one in the background once it is due.
 func (e *Engine) InUse() int64 {
 	c := &e.inUse
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	start := time.Now()
-	if start.Before(c.next) {
+	if c.scanning || (!c.stale && !c.next.IsZero() && time.Now().Before(c.next)) {
 		return c.bytes
 	}
-	if e.acquire("in-use") != nil {
+	if c.stale || c.next.IsZero() {
+		c.store(e.scanInUse(c.gen))
 		return c.bytes
 	}
-	defer e.release()
-	c.bytes = e.keptBytes()
-	c.next = start.Add(max(inUseEvery, inUseDuty*time.Since(start)))
+	c.scanning = true
+	gen := c.gen
+	go func() {
+		r := e.scanInUse(gen)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.scanning = false
+		c.store(r)
+	}()
 	return c.bytes
 }
 
-// forgetInUse makes the next InUse scan again (the data moved: a
-// defragmentation).
+// inUseScan is one scan's result; ok is false if the engine closed.
+type inUseScan struct {
+	bytes int64
+	next  time.Time
+	gen   int
+	ok    bool
+}
+
+// scanInUse scans once, without the cache's lock.
+func (e *Engine) scanInUse(gen int) inUseScan {
+	if e.acquire("in-use") != nil {
+		return inUseScan{}
+	}
+	defer e.release()
+	start := time.Now()
+	bytes := e.keptBytes()
+	return inUseScan{bytes: bytes, next: start.Add(max(inUseEvery, inUseDuty*time.Since(start))), gen: gen, ok: true}
+}
+
+// store keeps a scan's result; called with mu held.
+func (c *inUseCache) store(r inUseScan) {
+	if r.ok && r.gen == c.gen {
+		c.bytes, c.next, c.stale = r.bytes, r.next, false
+	}
+}
+
+// forgetInUse makes the next InUse scan before it answers (the data
+// moved: a defragmentation).
 func (e *Engine) forgetInUse() {
 	e.inUse.mu.Lock()
-	e.inUse.next = time.Time{}
+	e.inUse.stale = true
+	e.inUse.gen++
 	e.inUse.mu.Unlock()
 }
