@@ -16,8 +16,9 @@ type axonMetrics struct {
 	// batchRequests is how many requests on overlapping keys one engine
 	// transaction ran (core.WorkBatch).
 	batchRequests prometheus.Histogram
-	// work counts engine transactions by kind (fences, sweeps, ...).
-	work *prometheus.CounterVec
+	// work counts engine transactions by kind (fences, sweeps, ...),
+	// indexed by core.WorkKind.
+	work [core.WorkBatch + 1]prometheus.Counter
 	// sweptRecords counts the records compaction sweeps deleted.
 	sweptRecords prometheus.Counter
 	// slowWatchers counts watches canceled for falling too far behind.
@@ -36,10 +37,6 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 			Help:    "Requests on overlapping keys run in one engine transaction, in revision order, after waiting in their latches.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 7), // 1 .. 64, the most one batch takes
 		}),
-		work: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "axon_engine_work_total",
-			Help: "Engine transactions run by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, recovery, alarm, catch-up.",
-		}, []string{"kind"}),
 		sweptRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "axon_compaction_swept_records_total",
 			Help: "Engine records (superseded versions, tombstones, revision records) deleted by compaction sweeps.",
@@ -49,10 +46,14 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 			Help: "Watches canceled because their stream held too many unsent responses (the client resumes from its revision).",
 		}),
 	}
+	work := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "axon_engine_work_total",
+		Help: "Engine transactions run by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, recovery, alarm, catch-up.",
+	}, []string{"kind"})
 	for k := core.WorkRequest; k <= core.WorkBatch; k++ {
-		a.work.WithLabelValues(k.String())
+		a.work[k] = work.WithLabelValues(k.String())
 	}
-	reg.MustRegister(a.groupTxns, a.batchRequests, a.work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
+	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
 	if c, ok := s.eng.(interface{ Collectors() []prometheus.Collector }); ok {
 		reg.MustRegister(c.Collectors()...)
 	}
@@ -61,7 +62,9 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 
 // observeRun records one work item's engine transaction.
 func (a *axonMetrics) observeRun(w *core.Work, eff *core.Effects, out core.Outcome) {
-	a.work.WithLabelValues(w.Kind.String()).Inc()
+	if int(w.Kind) < len(a.work) && a.work[w.Kind] != nil {
+		a.work[w.Kind].Inc()
+	}
 	switch w.Kind {
 	case core.WorkBatch:
 		a.batchRequests.Observe(float64(len(w.Batch)))
