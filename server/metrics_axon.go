@@ -48,10 +48,12 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 	}
 	work := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "axon_engine_work_total",
-		Help: "Engine transactions run by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, recovery, alarm, catch-up.",
+		Help: "Engine transactions that write, by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, alarm.",
 	}, []string{"kind"})
 	for k := core.WorkRequest; k <= core.WorkBatch; k++ {
-		a.work[k] = work.WithLabelValues(k.String())
+		if k != core.WorkCatchUp && k != core.WorkRecover { // reads, not run through exec.Run
+			a.work[k] = work.WithLabelValues(k.String())
+		}
 	}
 	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
 	if c, ok := s.eng.(interface{ Collectors() []prometheus.Collector }); ok {
