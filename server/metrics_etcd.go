@@ -169,6 +169,12 @@ var (
 		"The revision of the last compaction in store.", nil, nil)
 	descKeys = prometheus.NewDesc("etcd_debugging_mvcc_keys_total",
 		"Total number of keys.", nil, nil)
+	descEtcdWatchers = prometheus.NewDesc("etcd_debugging_mvcc_watcher_total",
+		"Total number of watchers.", nil, nil)
+	descWatchStreams = prometheus.NewDesc("etcd_debugging_mvcc_watch_stream_total",
+		"Total number of watch streams.", nil, nil)
+	descIsLearner = prometheus.NewDesc("etcd_server_is_learner",
+		"Whether or not this member is a learner. 1 if is, 0 otherwise.", nil, nil)
 	descFDUsed  = prometheus.NewDesc("os_fd_used", "The number of used file descriptors.", nil, nil)
 	descFDLimit = prometheus.NewDesc("os_fd_limit", "The file descriptor limit.", nil, nil)
 )
@@ -184,7 +190,7 @@ type etcdNode struct {
 
 func (c *etcdNode) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProposalsCommitted, descProposalsApplied, descProposalsPending,
-		descCurrentRev, descCompactRev, descKeys, descFDUsed, descFDLimit} {
+		descCurrentRev, descCompactRev, descKeys, descEtcdWatchers, descWatchStreams, descIsLearner, descFDUsed, descFDLimit} {
 		ch <- d
 	}
 }
@@ -205,6 +211,10 @@ func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 	gauge(descProposalsPending, float64(pending+st.LatchWaiting))
 	gauge(descCurrentRev, float64(st.Committed))
 	gauge(descCompactRev, float64(compacted))
+	watchers, streams := s.watchCounts()
+	gauge(descEtcdWatchers, float64(watchers))
+	gauge(descWatchStreams, float64(streams))
+	gauge(descIsLearner, 0) // every instance can lead
 	if keys, ok := c.keys.get(func() (int64, bool) { return s.countKeys() }); ok {
 		gauge(descKeys, float64(keys))
 	}
@@ -212,6 +222,18 @@ func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 		gauge(descFDUsed, float64(used))
 		gauge(descFDLimit, float64(limit))
 	}
+}
+
+// watchCounts counts the watches this instance serves (as leader) and
+// the streams that carry them.
+func (s *Server) watchCounts() (watchers, streams int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[*watchStream]bool, len(s.watches))
+	for _, ws := range s.watches {
+		seen[ws] = true
+	}
+	return len(s.watches), len(seen)
 }
 
 // countKeys counts the keys alive at the commit point, as a count-only

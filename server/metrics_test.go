@@ -153,6 +153,9 @@ func TestMetrics(t *testing.T) {
 	want("etcd_server_proposals_pending", equal(0), "0")
 	want("etcd_server_proposals_failed_total", equal(0), "0")
 	want("etcd_debugging_mvcc_current_revision", equal(float64(last)), "the commit point")
+	want("etcd_debugging_mvcc_watcher_total", equal(1), "1")
+	want("etcd_debugging_mvcc_watch_stream_total", equal(1), "1")
+	want("etcd_server_is_learner", equal(0), "0")
 	want("etcd_disk_wal_fsync_duration_seconds_count", atLeast(1), ">= 1")
 	want("etcd_disk_backend_commit_duration_seconds_count", atLeast(puts), ">= puts")
 	// Badger measures its own size once a minute: only present here.
