@@ -47,6 +47,9 @@ type etcdMetrics struct {
 
 	healthSuccess, healthFailures prometheus.Counter
 	eventsSent                    prometheus.Counter
+
+	leaseGranted, leaseRevoked, leaseRenewed, leaseExpired prometheus.Counter
+	leaseTTL                                               prometheus.Histogram
 }
 
 // slowApplyAfter is etcd's warning-apply-duration (100ms): a write whose
@@ -106,10 +109,20 @@ func newEtcdMetrics(s *Server, reg *prometheus.Registry, axon *axonMetrics) *etc
 			Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "events_total",
 			Help: "Total number of events sent by this member.",
 		}),
+		leaseGranted: debugCounter("lease", "granted_total", "The total number of granted leases."),
+		leaseRevoked: debugCounter("lease", "revoked_total", "The total number of revoked leases."),
+		leaseRenewed: debugCounter("lease", "renewed_total", "The number of renewed leases seen by the leader."),
+		leaseExpired: debugCounter("server", "lease_expired_total", "The total number of expired leases."),
+		leaseTTL: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "etcd_debugging", Subsystem: "lease", Name: "ttl_total",
+			Help:    "Bucketed histogram of lease TTLs.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 24),
+		}),
 	}
 	reg.MustRegister(e.backendCommit, e.defrag, e.defragging, e.proposalsFailed, e.slowApply, e.slowReadIndex,
 		e.readIndexFailed, e.rangeTotal, e.putTotal, e.deleteTotal, e.txnTotal, e.sentBytes, e.receivedBytes,
-		e.peerRTT, e.peerFailures, e.healthSuccess, e.healthFailures, e.eventsSent, etcdInfo(s), &etcdNode{s: s})
+		e.peerRTT, e.peerFailures, e.healthSuccess, e.healthFailures, e.eventsSent,
+		e.leaseGranted, e.leaseRevoked, e.leaseRenewed, e.leaseExpired, e.leaseTTL, etcdInfo(s), &etcdNode{s: s})
 	if o, ok := s.eng.(storage.CommitObserver); ok {
 		o.ObserveCommits(func(d time.Duration) { e.backendCommit.Observe(d.Seconds()) })
 	}
@@ -122,6 +135,19 @@ func newEtcdMetrics(s *Server, reg *prometheus.Registry, axon *axonMetrics) *etc
 	}
 	reg.MustRegister(&etcdSpace{s: s})
 	return e
+}
+
+func debugCounter(subsystem, name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: subsystem, Name: name, Help: help})
+}
+
+// unclaimed counts the node's own work that no client waits for: a
+// lease expiry (ID 0), which etcd counts as expired and revoked.
+func (e *etcdMetrics) unclaimed(r core.Response) {
+	if r.ID == 0 && r.Err == nil {
+		e.leaseExpired.Inc()
+		e.leaseRevoked.Inc()
+	}
 }
 
 // etcdInfo is etcd's constant gauges: versions and this member's ID.
@@ -362,7 +388,8 @@ func (s *Server) ObserveHealth(healthy bool) {
 	}
 }
 
-// countKV counts a client's KV call as etcd's mvcc counters do: each
+// countKV counts a client's KV call as etcd's mvcc counters do (and its
+// lease grants and revokes as etcd's lessor does): each
 // range, put and delete-range it ran (a txn's compares are ranges, its
 // executed branch's operations count one by one), and a txn of more than
 // one operation. Calls another instance forwarded are counted where the
@@ -378,6 +405,11 @@ func (e *etcdMetrics) countKV(ctx context.Context, req, resp any) {
 		e.putTotal.Inc()
 	case *pb.DeleteRangeResponse:
 		e.deleteTotal.Inc()
+	case *pb.LeaseGrantResponse:
+		e.leaseGranted.Inc()
+		e.leaseTTL.Observe(float64(r.TTL))
+	case *pb.LeaseRevokeResponse:
+		e.leaseRevoked.Inc()
 	case *pb.TxnResponse:
 		var ops [3]int
 		if t, ok := req.(*pb.TxnRequest); ok {

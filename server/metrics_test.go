@@ -87,6 +87,10 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A lease left to expire.
+	if _, err := cli.Grant(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
 	const puts = 3
 	var last int64
 	for i := range puts {
@@ -129,7 +133,9 @@ func TestMetrics(t *testing.T) {
 	want("axon_compact_revision", equal(0), "0")
 	want("axon_inflight_revisions", atLeast(0), ">= 0")
 	want("axon_watchers", equal(1), "1")
-	want("axon_leases", equal(1), "1")
+	want("axon_leases", equal(2), "2")
+	want("etcd_debugging_lease_granted_total", equal(2), "2")
+	want("etcd_debugging_lease_ttl_total_count", equal(2), "2")
 	want("etcd_debugging_mvcc_events_total", atLeast(puts), ">= puts")
 	want("axon_engine_outcomes_total", atLeast(puts), ">= puts", `outcome="committed"`)
 	want("axon_engine_outcomes_total", equal(0), "0", `outcome="uncertain"`)
@@ -138,7 +144,7 @@ func TestMetrics(t *testing.T) {
 	want("grpc_server_handled_total", equal(puts), "puts", `grpc_method="Put"`, `grpc_code="OK"`)
 	want("grpc_server_handling_seconds_count", equal(puts), "puts", `grpc_method="Put"`, `grpc_type="unary"`)
 	want("grpc_server_handled_total", equal(1), "1", `grpc_method="Range"`, `grpc_code="OutOfRange"`)
-	want("grpc_server_handled_total", equal(1), "1", `grpc_method="LeaseGrant"`, `grpc_code="OK"`)
+	want("grpc_server_handled_total", equal(2), "2", `grpc_method="LeaseGrant"`, `grpc_code="OK"`)
 	want("grpc_server_started_total", equal(1), "1", `grpc_method="Watch"`, `grpc_type="bidi_stream"`)
 	want("grpc_server_msg_sent_total", atLeast(2), ">= 2", `grpc_method="Watch"`)
 	want("etcd_server_has_leader", equal(1), "1")
@@ -193,12 +199,20 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
-	// The lease gauge follows a revoke at once.
+	// The lease gauge follows a revoke at once; expiries count as
+	// revokes, as etcd's lessor counts them.
 	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := sum(scrape(t, srv), "axon_leases"); v != 0 {
-		t.Errorf("axon_leases after revoke = %v", v)
+	if v := eventually(t, srv, "etcd_debugging_server_lease_expired_total", 1); v != 1 {
+		t.Errorf("etcd_debugging_server_lease_expired_total = %v, want 1 (a lease of 3 s)", v)
+	}
+	m = scrape(t, srv)
+	if v, _ := sum(m, "axon_leases"); v != 0 {
+		t.Errorf("axon_leases after revoke and expiry = %v", v)
+	}
+	if v, _ := sum(m, "etcd_debugging_lease_revoked_total"); v != 2 {
+		t.Errorf("etcd_debugging_lease_revoked_total = %v, want 2 (one revoked, one expired)", v)
 	}
 }
 

@@ -195,6 +195,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 				}
 			},
 			RoleChanged: func(*core.Member) { s.roleChanged() },
+			Unclaimed:   func(r core.Response) { s.metrics.etcd.unclaimed(r) },
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
 	s.metrics = newMetrics(s)
