@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -40,8 +41,10 @@ const (
 // same short write, read and watch load, and a second Axon whose tiny
 // quota is filled. Through Prometheus' HTTP API it checks that every rule
 // evaluates without error, that every series selector in every rule
-// returns data on Axon wherever it does on etcd, and that
-// etcdDatabaseQuotaLowSpace's expression is true for the filled Axon.
+// returns data on Axon wherever it does on etcd, that the latency
+// histograms the rules read (fsync, backend commit, gRPC) give a 99th
+// percentile on both, and that etcdDatabaseQuotaLowSpace's expression is
+// true for the filled Axon and for no other.
 func TestEtcdAlertRules(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -66,6 +69,9 @@ func TestEtcdAlertRules(t *testing.T) {
 		jobQuota: quotaMetrics,
 	})
 
+	// Prometheus hands out its first targets some seconds after it starts:
+	// load only once every target is scraped, so that rates see it.
+	prom.awaitScrapes(t, 1)
 	etcdCli := newClient(t, etcdURL.Host)
 	axonCli := newClient(t, axonClient)
 	var wg sync.WaitGroup
@@ -110,6 +116,21 @@ func TestEtcdAlertRules(t *testing.T) {
 		t.Logf("%-95s etcd %3d series, axon %3d", sel, onEtcd, onAxon)
 		if onEtcd > 0 && onAxon == 0 {
 			t.Errorf("%s: data on etcd (%d series), none on Axon", sel, onEtcd)
+		}
+	}
+
+	// The latency histograms the rules read saw the load on both sides.
+	for _, h := range []string{"etcd_disk_wal_fsync_duration_seconds", "etcd_disk_backend_commit_duration_seconds", "grpc_server_handling_seconds"} {
+		for _, job := range []string{jobEtcd, jobAxon} {
+			q := fmt.Sprintf(`histogram_quantile(0.99, sum by (le) (rate(%s_bucket{job=%q}[5m])))`, h, job)
+			res := prom.query(t, q)
+			v := math.NaN()
+			if len(res) == 1 {
+				v, _ = strconv.ParseFloat(fmt.Sprint(res[0].Value[1]), 64)
+			}
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s: %v, want a latency", q, v)
+			}
 		}
 	}
 
