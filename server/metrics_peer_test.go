@@ -59,17 +59,40 @@ func TestMetricsBetweenInstances(t *testing.T) {
 		t.Errorf("group commit sizes over TiKV: %v observations, want none", v)
 	}
 
+	// With the leader gone, reads and writes sent to the follower fail
+	// until it takes over: the calls it forwards are send failures, the
+	// writes failed proposals.
 	leader.stop()
+	failedPuts := 0
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, _ = cli.Get(rctx, "/peer/0")
+		cancel()
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		if _, err := cli.Put(wctx, "/peer/down", "v"); err != nil {
+			failedPuts++
+		}
 		cancel()
 		if v, _ := sum(scrape(t, follower.srv), "etcd_network_peer_sent_failures_total", to); v > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no send failure counted for a leader that stopped")
+		}
+	}
+	if failedPuts == 0 {
+		t.Log("the follower took over before a put failed: failed proposals not checked")
+		return
+	}
+	// The server may finish a call the client gave up on a little later.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		v, _ := sum(scrape(t, follower.srv), "etcd_server_proposals_failed_total")
+		if v >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d puts failed while the leader was gone; etcd_server_proposals_failed_total = %v", failedPuts, v)
 		}
 	}
 }
