@@ -11,8 +11,9 @@ import (
 // calls and of TiKV on two instances over mock TiKV: a follower's
 // linearizable reads time their read index round trips to the leader
 // (etcd_network_peer_round_trip_time_seconds{To=<leader>}), calls to a
-// leader that went away count as send failures, and a forwarded write
-// counts once, where the client sent it. The engine's commits feed
+// leader that went away count as send failures and writes that failed
+// meanwhile as failed proposals, and a forwarded write counts once,
+// where the client sent it. The engine's commits feed
 // etcd's backend commit histogram; TiKV has no fsync of Axon's to time,
 // so the WAL fsync family is absent; client-go's RPC metrics are served.
 func TestMetricsBetweenInstances(t *testing.T) {
