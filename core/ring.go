@@ -22,6 +22,8 @@ type Ring struct {
 	// bytes is what the held events weigh (EventBytes); maxBytes bounds
 	// it (0: no bound). The newest event is kept whatever it weighs.
 	bytes, maxBytes int64
+	// evicted counts the events dropped for room (not by compaction).
+	evicted int64
 }
 
 // NewRing returns a ring of capacity events that holds every event
@@ -87,6 +89,7 @@ func (r *Ring) evictOldest() {
 	if old.Rev+1 > r.first {
 		r.first = old.Rev + 1
 	}
+	r.evicted++
 	r.drop()
 }
 

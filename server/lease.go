@@ -81,6 +81,8 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 		}
 		if errors.Is(err, core.ErrLeaseNotFound) {
 			ttl = 0 // etcd answers an unknown lease with TTL 0
+		} else if err == nil {
+			l.s.metrics.etcd.leaseRenewed.Inc()
 		}
 		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(rev), ID: req.ID, TTL: ttl}); err != nil {
 			return err

@@ -34,6 +34,10 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 		return nil, toGRPC(err)
 	}
 	size := max(used, 1)
+	inUse := size
+	if iu, ok := m.s.eng.(inUser); ok && err == nil {
+		inUse = max(min(iu.InUse(), size), 1)
+	}
 	var errs []string
 	if failed != nil {
 		errs = append(errs, failed.Error())
@@ -44,7 +48,7 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 		errs = append(errs, (&pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}).String())
 	}
 	return &pb.StatusResponse{
-		DbSize: size, DbSizeInUse: size, DbSizeQuota: max(m.s.space.quota(), 0), Errors: errs, DowngradeInfo: &pb.DowngradeInfo{},
+		DbSize: size, DbSizeInUse: inUse, DbSizeQuota: max(m.s.space.quota(), 0), Errors: errs, DowngradeInfo: &pb.DowngradeInfo{},
 		Header: m.s.header(c), Version: Version, Leader: m.s.leaderID(ctx),
 		RaftIndex: uint64(c), RaftTerm: uint64(max(term, 1)), RaftAppliedIndex: uint64(c), StorageVersion: "3.6.0",
 	}, nil
@@ -64,7 +68,11 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 	if d, ok := m.s.eng.(Defragmenter); ok {
 		start := time.Now()
 		before, _ := m.s.space.used()
-		if err := d.Defrag(ctx); err != nil {
+		m.s.metrics.etcd.defragging.Set(1)
+		err := d.Defrag(ctx)
+		m.s.metrics.etcd.defragging.Set(0)
+		m.s.metrics.etcd.defrag.Observe(time.Since(start).Seconds())
+		if err != nil {
 			m.s.log.Warn("defragment", "err", err)
 			return nil, m.s.defragError(err)
 		}

@@ -28,19 +28,28 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	// gRPC, named and labelled like etcd's (go-grpc-prometheus). The
-	// latency histogram carries grpc_code as well.
+	// latency histogram is etcd's too: only with --metrics extensive.
 	grpcStarted  *prometheus.CounterVec
 	grpcHandled  *prometheus.CounterVec
 	grpcHandling *prometheus.HistogramVec
 	grpcMsgRecv  *prometheus.CounterVec
 	grpcMsgSent  *prometheus.CounterVec
 
-	watchEventsSent prometheus.Counter
-	roleChanges     prometheus.Counter
-	commitDuration  prometheus.Histogram
+	roleChanges    prometheus.Counter
+	commitDuration prometheus.Histogram
 	// outcomes is indexed by core.Outcome.
 	outcomes [core.Uncertain + 1]prometheus.Counter
+
+	etcd *etcdMetrics
+	axon *axonMetrics
 }
+
+// Metrics levels, etcd's --metrics: extensive adds the gRPC latency
+// histogram.
+const (
+	MetricsBasic     = "basic"
+	MetricsExtensive = "extensive"
+)
 
 func newMetrics(s *Server) *metrics {
 	grpcLabels := []string{"grpc_type", "grpc_service", "grpc_method"}
@@ -57,8 +66,8 @@ func newMetrics(s *Server) *metrics {
 		grpcHandling: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "grpc_server_handling_seconds",
 			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms .. ~16s
-		}, append(grpcLabels, "grpc_code")),
+			Buckets: prometheus.DefBuckets,
+		}, grpcLabels),
 		grpcMsgRecv: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grpc_server_msg_received_total",
 			Help: "Total number of RPC stream messages received on the server.",
@@ -67,13 +76,9 @@ func newMetrics(s *Server) *metrics {
 			Name: "grpc_server_msg_sent_total",
 			Help: "Total number of gRPC stream messages sent by the server.",
 		}, grpcLabels),
-		watchEventsSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "axon_watch_events_sent_total",
-			Help: "Total number of watch events sent to clients.",
-		}),
 		roleChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "etcd_server_leader_changes_seen_total",
-			Help: "The number of times this instance started or stopped leading.",
+			Help: "The number of leader changes seen.",
 		}),
 		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "axon_engine_commit_duration_seconds",
@@ -88,9 +93,16 @@ func newMetrics(s *Server) *metrics {
 	m.outcomes[core.Committed] = outcomes.WithLabelValues("committed")
 	m.outcomes[core.NotApplied] = outcomes.WithLabelValues("not_applied")
 	m.outcomes[core.Uncertain] = outcomes.WithLabelValues("uncertain")
+	if s.cfg.Metrics != MetricsExtensive {
+		m.grpcHandling = nil
+	} else {
+		m.reg.MustRegister(m.grpcHandling)
+	}
+	m.axon = newAxonMetrics(s, m.reg)
+	m.etcd = newEtcdMetrics(s, m.reg, m.axon)
 	m.reg.MustRegister(
-		m.grpcStarted, m.grpcHandled, m.grpcHandling, m.grpcMsgRecv, m.grpcMsgSent,
-		m.watchEventsSent, m.roleChanges, m.commitDuration, outcomes,
+		m.grpcStarted, m.grpcHandled, m.grpcMsgRecv, m.grpcMsgSent,
+		m.roleChanges, m.commitDuration, outcomes,
 		nodeCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -100,8 +112,10 @@ func newMetrics(s *Server) *metrics {
 }
 
 // observeRun records one exec.Run.
-func (m *metrics) observeRun(d time.Duration, out core.Outcome) {
+func (m *metrics) observeRun(w *core.Work, d time.Duration, eff *core.Effects, out core.Outcome) {
 	m.commitDuration.Observe(d.Seconds())
+	m.etcd.observeRun(w.Kind, d)
+	m.axon.observeRun(w, eff, out)
 	if int(out) < len(m.outcomes) && m.outcomes[out] != nil {
 		m.outcomes[out].Inc()
 	}
@@ -119,9 +133,9 @@ var (
 	descLeases = prometheus.NewDesc("axon_leases",
 		"Number of live leases.", nil, nil)
 	descHasLeader = prometheus.NewDesc("etcd_server_has_leader",
-		"Whether a leader exists: always 1, Axon is its own leader.", nil, nil)
+		"Whether or not a leader exists. 1 is existence, 0 is not.", nil, nil)
 	descIsLeader = prometheus.NewDesc("etcd_server_is_leader",
-		"Whether this member is the leader: always 1.", nil, nil)
+		"Whether or not this member is a leader. 1 if is, 0 otherwise.", nil, nil)
 )
 
 // nodeCollector reports the node's gauges, read under the server's lock
@@ -183,6 +197,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.ForceServerCodecV2(newCountingCodec(s.metrics.etcd)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
@@ -195,6 +210,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 
 // initGRPC creates the series of every method of the services Register
 // adds, so that they read 0 before the first call rather than being absent.
+// It runs once grpcHandling is settled.
 func (m *metrics) initGRPC() {
 	for _, sd := range []*grpc.ServiceDesc{&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc,
 		&pb.Maintenance_ServiceDesc, &pb.Cluster_ServiceDesc, &healthpb.Health_ServiceDesc} {
@@ -211,7 +227,14 @@ func (m *metrics) initMethod(typ, svc, method string) {
 	m.grpcStarted.WithLabelValues(typ, svc, method)
 	m.grpcMsgRecv.WithLabelValues(typ, svc, method)
 	m.grpcMsgSent.WithLabelValues(typ, svc, method)
-	m.grpcHandled.WithLabelValues(typ, svc, method, codes.OK.String())
+	// Every code, as etcd's go-grpc-prometheus does: a rate over an
+	// error code then reads 0, not nothing.
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		m.grpcHandled.WithLabelValues(typ, svc, method, c.String())
+	}
+	if m.grpcHandling != nil {
+		m.grpcHandling.WithLabelValues(typ, svc, method)
+	}
 }
 
 func rpcType(clientStream, serverStream bool) string {
@@ -236,9 +259,10 @@ func splitMethod(full string) (string, string) {
 }
 
 func (m *metrics) done(typ, svc, method string, start time.Time, err error) {
-	code := codeOf(err).String()
-	m.grpcHandled.WithLabelValues(typ, svc, method, code).Inc()
-	m.grpcHandling.WithLabelValues(typ, svc, method, code).Observe(time.Since(start).Seconds())
+	m.grpcHandled.WithLabelValues(typ, svc, method, codeOf(err).String()).Inc()
+	if m.grpcHandling != nil {
+		m.grpcHandling.WithLabelValues(typ, svc, method).Observe(time.Since(start).Seconds())
+	}
 }
 
 // codeOf is the code a client sees for a handler's error.
@@ -257,6 +281,9 @@ func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	resp, err := handler(ctx, req)
 	if err == nil {
 		m.grpcMsgSent.WithLabelValues("unary", svc, method).Inc()
+		m.etcd.countKV(ctx, req, resp)
+	} else {
+		m.etcd.countFailedProposal(ctx, method, codeOf(err))
 	}
 	m.done("unary", svc, method, start, err)
 	return resp, err

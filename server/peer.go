@@ -100,7 +100,9 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 		creds = credentials.NewTLS(p.s.cfg.PeerTLS)
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
+		grpc.WithChainUnaryInterceptor(p.s.metrics.etcd.peerUnary(addr)),
+		grpc.WithChainStreamInterceptor(p.s.metrics.etcd.peerStream(addr)))
 	if err != nil {
 		return nil, fmt.Errorf("dial leader %s: %w", addr, err)
 	}
@@ -229,7 +231,10 @@ func (t peerTransport) ReadIndex(addr string, done func(int64, error)) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.drv.FailoverWait())
 		defer cancel()
 		h := &pb.ResponseHeader{}
-		if err := cc.Invoke(ctx, readIndexPath, &pb.StatusRequest{}, h); err != nil {
+		start := time.Now()
+		err := cc.Invoke(ctx, readIndexPath, &pb.StatusRequest{}, h)
+		s.metrics.etcd.observeReadIndex(time.Since(start), err)
+		if err != nil {
 			done(0, err)
 			return
 		}

@@ -72,6 +72,12 @@ type Config struct {
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
 	Quota Quota
+	// Metrics is etcd's --metrics: MetricsBasic (default) or
+	// MetricsExtensive (adds gRPC latency histograms).
+	Metrics string
+	// MemoryBudget is the memory budget in force (0: none), reported in
+	// metrics.
+	MemoryBudget int64
 	// Leadership timing (DESIGN §9); zero values take core's defaults.
 	Lease, RenewEvery, MaxDrift, EngineDeadline time.Duration
 	// Exclusive says the engine is this instance's alone (Badger locks
@@ -193,6 +199,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 				}
 			},
 			RoleChanged: func(*core.Member) { s.roleChanged() },
+			Unclaimed:   func(r core.Response) { s.metrics.etcd.unclaimed(r) },
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
 	s.metrics = newMetrics(s)
@@ -359,7 +366,7 @@ func (s *Server) run(w *core.Work) driver.Result {
 	defer cancel()
 	began := time.Now()
 	eff, out, err := exec.Run(ctx, s.eng, w, s.drv)
-	s.metrics.observeRun(time.Since(began), out)
+	s.metrics.observeRun(w, time.Since(began), eff, out)
 	return driver.Result{Effects: eff, Outcome: out, Err: err}
 }
 

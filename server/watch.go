@@ -48,6 +48,7 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 	r := &pb.WatchResponse{Header: ws.s.header(n.Committed()), WatchId: id, Events: wr.Events}
 	if !ws.out.Admit(n, wr) {
 		ws.forget(wr.ID)
+		ws.s.metrics.axon.slowWatchers.Inc()
 		ws.enqueue(&pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: ws.out.SlowReason()})
 		return
 	}
@@ -196,7 +197,7 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 			// Counted before Send so a client that has the events
 			// never sees a lower count.
 			if len(r.Events) > 0 {
-				w.s.metrics.watchEventsSent.Add(float64(len(r.Events)))
+				w.s.metrics.etcd.eventsSent.Add(float64(len(r.Events)))
 			}
 			if err := stream.Send(r); err != nil {
 				return err

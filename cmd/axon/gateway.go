@@ -121,8 +121,9 @@ const healthTimeout = 7 * time.Second
 
 // serveHealth answers /health as etcd does: false with the first active
 // alarm not named by ?exclude=, with no leader (unless
-// ?serializable=true), or when a one-key range fails.
-func serveHealth(conn *grpc.ClientConn) http.HandlerFunc {
+// ?serializable=true), or when a one-key range fails; observe counts
+// each answer.
+func serveHealth(conn *grpc.ClientConn, observe func(healthy bool)) http.HandlerFunc {
 	kv, mt := pb.NewKVClient(conn), pb.NewMaintenanceClient(conn)
 	check := func(ctx context.Context, r *http.Request) health {
 		ctx, cancel := context.WithTimeout(ctx, healthTimeout)
@@ -163,6 +164,7 @@ func serveHealth(conn *grpc.ClientConn) http.HandlerFunc {
 			return
 		}
 		h := check(r.Context(), r)
+		observe(h.Health == "true")
 		b, _ := json.Marshal(h)
 		if h.Health != "true" {
 			http.Error(w, string(b), http.StatusServiceUnavailable)

@@ -60,6 +60,7 @@ type serveFlags struct {
 	progressNotify                               time.Duration
 	autoCompactionMode, autoCompactionRetention  string
 	enablePprof                                  bool
+	metrics, logLevel                            string
 	store                                        string
 	pdEndpoints                                  []string
 	pdCA, pdCert, pdKey                          string
@@ -112,7 +113,9 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "periodic: keep --auto-compaction-retention of history; revision: keep that many revisions")
 	fl.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.progressNotify, "experimental-watch-progress-notify-interval", 10*time.Minute, "how often watches with progress_notify get a progress notification")
-	fl.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener")
+	fl.BoolVar(&f.enablePprof, "enable-pprof", false, "serve net/http/pprof under /debug/pprof/ on the client and metrics URLs")
+	fl.StringVar(&f.metrics, "metrics", server.MetricsBasic, "metrics to export: basic, or extensive (adds gRPC latency histograms)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
@@ -206,7 +209,13 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		}
 		hardStop.Unlock()
 	}()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := newLogger(f.logLevel)
+	if err != nil {
+		return err
+	}
+	if f.metrics != server.MetricsBasic && f.metrics != server.MetricsExtensive {
+		return fmt.Errorf("--metrics %q: want basic or extensive", f.metrics)
+	}
 	tl, err := f.listenTLS()
 	if err != nil {
 		return err
@@ -291,7 +300,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
-		ReadMemory: readMemory(f.readMemory, f.memoryBudget),
+		ReadMemory: readMemory(f.readMemory, f.memoryBudget), Metrics: f.metrics, MemoryBudget: f.memoryBudget,
 	}, eng)
 	if err != nil {
 		return err
@@ -319,7 +328,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	healthH := serveHealth(lb.conn)
+	healthH := serveHealth(lb.conn, srv.ObserveHealth)
 	healthP.Store(&healthH)
 	hc := clientHTTPServer(clientHTTP(gateway, hs.Handler))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -375,6 +384,15 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		return nil
 	}
 	return err
+}
+
+// newLogger logs text to stderr from level on (etcd's --log-level).
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
 // listening is the TLS of each kind of listener (nil: plaintext) and of
@@ -484,8 +502,14 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *a
 		}
 		return nil
 	}
+	unhealthy := func() {
+		if s := srv.Load(); s != nil {
+			s.ObserveHealth(false)
+		}
+	}
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		if err := failure(); err != nil {
+			unhealthy()
 			// etcd's health answers false with a reason when the member
 			// cannot serve; etcd itself would have exited.
 			w.Header().Set("Content-Type", "application/json")
@@ -498,6 +522,7 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *a
 			(*h)(w, r)
 			return
 		}
+		unhealthy()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, `{"health":"false","reason":"not serving"}`)

@@ -117,6 +117,13 @@ type Engine struct {
 	// (commit loop only).
 	advisor *logAdvisor
 	log     *slog.Logger
+
+	// observers are the metrics' (observe.go).
+	observers struct {
+		commits storage.Observers[func(time.Duration)]
+		syncs   storage.Observers[func(time.Duration, int)]
+	}
+	inUse inUseCache
 }
 
 // adviseEvery is how many commit groups pass between looks for new log
@@ -284,7 +291,7 @@ func (e *Engine) commitGroup(group []*commitReq) {
 		// the process with SIGBUS, and on a removed one the write lands
 		// in unlinked files.
 		err = fmt.Errorf("badger: commit: %w: %w", storage.ErrUnavailable, ferr)
-	} else if err = e.write(ts, ok); err == nil {
+	} else if err = e.timedWrite(ts, ok); err == nil {
 		if ferr := e.checkDir(); ferr != nil {
 			// Synced, but perhaps into files no longer in the directory
 			// (removed meanwhile): it must not be acknowledged as
@@ -670,8 +677,11 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	// The committer unregisters the snapshot once it has checked r.
 	r := &commitReq{readTs: t.ts, writes: t.writes, err: make(chan error, 1)}
+	start := time.Now()
 	t.e.queue <- r
-	return <-r.err
+	err := <-r.err
+	t.e.observeCommit(start)
+	return err
 }
 
 func (t *txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {

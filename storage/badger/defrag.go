@@ -39,6 +39,7 @@ func (e *Engine) Defrag(ctx context.Context) error {
 		return err
 	}
 	defer e.release()
+	defer e.forgetInUse()
 	if err := e.Failed(); err != nil {
 		return fmt.Errorf("badger: defrag: %w", err)
 	}

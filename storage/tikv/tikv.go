@@ -52,6 +52,10 @@ type Engine struct {
 	closed  bool
 	closing chan struct{} // closed by Close: stops scan workers
 	workers sync.WaitGroup
+	// observers are the metrics' (observe.go).
+	observers struct {
+		commits storage.Observers[func(time.Duration)]
+	}
 }
 
 var _ storage.Engine = (*Engine)(nil)
@@ -400,7 +404,9 @@ func (t *txn) Commit(ctx context.Context) error {
 		_ = t.tx.Rollback()
 		return fmt.Errorf("tikv: commit: %w: %w", storage.ErrUnavailable, err)
 	}
+	start := time.Now()
 	err := t.tx.Commit(ctx)
+	t.e.observeCommit(start)
 	if ts := t.tx.CommitTS(); ts > 0 {
 		t.e.c.seen.saw(ts) // a leader's next reads must see it
 	}
