@@ -73,17 +73,8 @@ func TestCgroupLimit(t *testing.T) {
 		}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
 			tc.files["proc/meminfo"] = meminfo
-			for name, body := range tc.files {
-				p := filepath.Join(root, name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			root := fakeRoot(t, tc.files)
 			got, ok := CgroupLimit(root)
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("CgroupLimit = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
@@ -166,19 +157,26 @@ func TestDerivedBudget(t *testing.T) {
 		{"nothing known", map[string]string{}, 0, None},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			for name, body := range tc.files {
-				p := filepath.Join(root, name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got, src := derived(root); got != tc.want || src != tc.src {
+			if got, src := derived(fakeRoot(t, tc.files)); got != tc.want || src != tc.src {
 				t.Fatalf("derived = %d, %s; want %d, %s", got, src, tc.want, tc.src)
 			}
 		})
 	}
+}
+
+// fakeRoot writes files (path relative to the root: body) under a new
+// directory standing for /, and returns it.
+func fakeRoot(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }
