@@ -23,6 +23,9 @@ type maintenanceServer struct {
 }
 
 func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, someUser); err != nil {
+		return nil, toGRPC(err)
+	}
 	c := m.s.committed()
 	m.s.mu.Lock()
 	term := m.s.member.Term()
@@ -61,6 +64,9 @@ type Defragmenter interface {
 // a compaction, this is what shrinks the data below the quota so that the
 // NOSPACE alarm can be disarmed. Service goes on meanwhile.
 func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	if d, ok := m.s.eng.(Defragmenter); ok {
 		start := time.Now()
 		before, _ := m.s.space.used()
@@ -78,6 +84,13 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 // the cluster's, stored in the engine: it is listed under the member ID
 // of the instance that answers.
 func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	check := admin
+	if r.Action == pb.AlarmRequest_GET {
+		check = someUser
+	}
+	if err := m.s.authorize(ctx, nil, false, check); err != nil {
+		return nil, toGRPC(err)
+	}
 	nospace := &pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
 	if r.Action == pb.AlarmRequest_GET {
 		on, err := m.s.noSpace(ctx)
@@ -134,6 +147,9 @@ func (s *Server) noSpace(ctx context.Context) (bool, error) {
 
 // HashKV hashes the history up to a revision, for consistency checks.
 func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	txn, c, compacted, err := m.s.snapshot(ctx, false)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -166,6 +182,9 @@ func (m maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.Has
 
 // MoveLeader hands leadership to another instance (etcdctl move-leader).
 func (m maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	return m.s.moveLeader(ctx, r)
 }
 
@@ -177,6 +196,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterMaintenanceServer(g, maintenanceServer{s: s})
 	pb.RegisterClusterServer(g, clusterServer{s: s})
 	pb.RegisterLeaseServer(g, leaseServer{s: s})
+	pb.RegisterAuthServer(g, authServer{s: s})
 	g.RegisterService(&peerServiceDesc, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

@@ -133,9 +133,17 @@ func forwarded(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
 }
 
-// forwardContext marks an outgoing call as forwarded.
+// forwardContext marks an outgoing call as forwarded and passes on the
+// caller's token: the leader resolves and checks it itself, so what a
+// follower forwards is never trusted for who the caller is (a client
+// that sets the marker gains nothing; a token is signed, see
+// core.AuthStore.Resolve).
 func forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	kv := []string{forwardedKey, "1"}
+	if tok, ok := tokenOf(ctx); ok {
+		kv = append(kv, "token", tok)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
 // refused reports whether an error from the leader means the call was
@@ -282,12 +290,19 @@ func headerRev[T interface{ GetHeader() *pb.ResponseHeader }](out T, err error) 
 // serializable read, uses the last one it learned) and reads the compact
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
-	c, compacted, led := s.drv.ReadPoint()
+	txn, c, compacted, _, err := s.snapshotLed(ctx, serializable)
+	return txn, c, compacted, err
+}
+
+// snapshotLed is snapshot that also says whether this instance led when
+// it took the snapshot.
+func (s *Server) snapshotLed(ctx context.Context, serializable bool) (txn storage.Txn, c, compacted int64, led bool, err error) {
+	c, compacted, led = s.drv.ReadPoint()
 	if !led {
 		var err error
 		if c = s.drv.FollowerPoint(serializable); c == 0 {
 			if c, err = s.readIndex(ctx); err != nil {
-				return nil, 0, 0, err
+				return nil, 0, 0, false, err
 			}
 		}
 	}
@@ -297,17 +312,17 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 		// got there.
 		bctx = storage.WithLeaderSnapshot(ctx)
 	}
-	txn, err := s.eng.Begin(bctx)
+	txn, err = s.eng.Begin(bctx)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, false, err
 	}
 	if !led {
 		if compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
 			txn.Rollback()
-			return nil, 0, 0, err
+			return nil, 0, 0, false, err
 		}
 	}
-	return txn, c, compacted, nil
+	return txn, c, compacted, led, nil
 }
 
 // HostPort returns the host:port of an http URL (a bare host:port is

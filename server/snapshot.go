@@ -27,6 +27,9 @@ const snapshotChunk = 32 << 10
 // since its size goes in every message.
 func (m maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
 	ctx := stream.Context()
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return toGRPC(err)
+	}
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "axon-snapshot-")
 	if err != nil {

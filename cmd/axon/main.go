@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
@@ -74,6 +75,9 @@ type serveFlags struct {
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
 	tikvMock                                     tikvMockFlags
+	authToken                                    string
+	authTokenTTL                                 uint
+	bcryptCost                                   int
 }
 
 func serveCmd() *cobra.Command {
@@ -114,6 +118,9 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
+	fl.StringVar(&f.authToken, "auth-token", "simple", "kind of auth token: simple (signed by a secret the instances share in the engine; any instance accepts it)")
+	fl.UintVar(&f.authTokenTTL, "auth-token-ttl", 300, "seconds an auth token stays valid after Authenticate")
+	fl.IntVar(&f.bcryptCost, "bcrypt-cost", bcrypt.DefaultCost, fmt.Sprintf("cost of the bcrypt hashes of passwords (%d to %d)", bcrypt.MinCost, bcrypt.MaxCost))
 	fl.BoolVar(&f.upgradeData, "upgrade-data", false, "upgrade a data directory (or TiKV store) of an older format in place before serving; back it up first: older binaries cannot read it afterwards")
 	return cmd
 }
@@ -171,6 +178,9 @@ const shutdownTimeout = 30 * time.Second
 type failedFunc func() error
 
 func serve(ctx context.Context, f serveFlags) (err error) {
+	if err := f.checkAuth(); err != nil {
+		return err
+	}
 	// hardStop ends the process if a shutdown hangs; serve disarms it
 	// when it returns (tests run serve in their own process).
 	var hardStop struct {
@@ -271,6 +281,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
+		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost},
 	}, eng)
 	if err != nil {
 		return err
@@ -501,4 +512,15 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *a
 		s.Metrics().ServeHTTP(w, r)
 	})
 	return mux
+}
+
+// checkAuth refuses auth flags Axon cannot honour.
+func (f serveFlags) checkAuth() error {
+	if kind, _, _ := strings.Cut(f.authToken, ","); kind != "simple" {
+		return fmt.Errorf("--auth-token %q: Axon supports simple tokens only (JWT is not implemented yet)", f.authToken)
+	}
+	if f.bcryptCost < bcrypt.MinCost || f.bcryptCost > bcrypt.MaxCost {
+		return fmt.Errorf("--bcrypt-cost %d: want %d to %d", f.bcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	return nil
 }
