@@ -80,9 +80,10 @@ type AuthStore struct {
 	perms map[string]*userPerms // built on first check
 }
 
-// NewAuthStore returns an empty store signing with secret.
+// NewAuthStore returns an empty store signing with secret, at etcd's
+// first auth revision, 1.
 func NewAuthStore(secret []byte) *AuthStore {
-	return &AuthStore{Secret: secret, Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
+	return &AuthStore{Revision: 1, Secret: secret, Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
 }
 
 // Clone returns a deep copy, for Apply.

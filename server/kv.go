@@ -207,8 +207,7 @@ func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 
 func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
-		// etcd 3.7 asks of a compaction only a valid token, if any.
-		if err := k.s.authorize(ctx, nil, true, tokenValid); err != nil {
+		if err := k.s.authorize(ctx, nil, true, admin); err != nil {
 			return nil, err
 		}
 		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })

@@ -308,10 +308,11 @@ func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.Watch
 	if err == nil {
 		return true
 	}
+	// etcd's reason is the whole text of its gRPC error.
 	reason := rpctypes.ErrGRPCPermissionDenied.Error()
 	switch {
 	case errors.Is(err, core.ErrAuthInvalidToken), errors.Is(err, core.ErrAuthOldRevision), errors.Is(err, core.ErrAuthUserEmpty):
-		reason = err.Error()
+		reason = toGRPC(err).Error()
 	case !errors.Is(err, core.ErrAuthPermissionDenied):
 		w.s.log.Warn("watch permission check", "err", err)
 	}

@@ -24,6 +24,16 @@ func Start(t testing.TB) url.URL {
 	return start(t, cfg)
 }
 
+// StartWith is Start with the configuration changed by edit first (auth
+// flags, say).
+func StartWith(t testing.TB, edit func(*embed.Config)) url.URL {
+	t.Helper()
+	cfg := config(t)
+	cfg.Dir = t.TempDir()
+	edit(cfg)
+	return start(t, cfg)
+}
+
 // StartFromSnapshot restores an etcd snapshot file as `etcdutl snapshot
 // restore` does (its hash checked) and starts a one-member etcd on the
 // restored data, as Start does.
