@@ -155,6 +155,16 @@ func (s *Server) authorize(ctx context.Context, rd core.Reader, led bool, check 
 	return check(st, id)
 }
 
+// authorizeLeader is authorize on the leader, with the leader's copy of
+// the store; core.ErrNotLeader if this instance does not lead, so that
+// the driver sends the call to the leader instead.
+func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
+	if !s.step(nil) {
+		return core.ErrNotLeader
+	}
+	return s.authorize(ctx, nil, true, check)
+}
+
 // Checks that etcd makes of calls other than key ranges.
 var (
 	// tokenValid: a given token must be valid (etcd checks it for every
@@ -189,6 +199,9 @@ func (s *Server) leaseKeys(lease int64) [][]byte {
 func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
 	s.auth.mu.Lock()
 	defer s.auth.mu.Unlock()
+	if !s.step(nil) {
+		return core.ErrNotLeader
+	}
 	g := s.auth.gen.Load()
 	// As a write: land within the engine deadline or not at all, so a
 	// new leader's first read of the store sees it (DESIGN §9).

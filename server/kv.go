@@ -167,7 +167,7 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	}
 	out, err := forward(k.s, ctx, func() (T, error) {
 		var zero T
-		if err := k.s.authorize(ctx, nil, true, func(st *core.AuthStore, id core.AuthIdentity) error {
+		if err := k.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
 			return st.CheckOp(id, op, k.s.leaseKeys)
 		}); err != nil {
 			return zero, err
@@ -207,7 +207,7 @@ func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 
 func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
-		if err := k.s.authorize(ctx, nil, true, admin); err != nil {
+		if err := k.s.authorizeLeader(ctx, admin); err != nil {
 			return nil, err
 		}
 		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })

@@ -35,7 +35,7 @@ type leaseServer struct {
 
 func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseGrantResponse, error) {
-		if err := l.s.authorize(ctx, nil, true, someUser); err != nil {
+		if err := l.s.authorizeLeader(ctx, someUser); err != nil {
 			return nil, err
 		}
 		if err := l.s.checkSpace(ctx); err != nil {
@@ -53,7 +53,7 @@ func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*
 
 func (l leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseRevokeResponse, error) {
-		if err := l.s.authorize(ctx, nil, true, l.s.leaseCheck(r.ID, true)); err != nil {
+		if err := l.s.authorizeLeader(ctx, l.s.leaseCheck(r.ID, true)); err != nil {
 			return nil, err
 		}
 		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Revoke(id, r.ID) })
@@ -78,7 +78,7 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 		if err != nil {
 			return err
 		}
-		if err := l.s.authorize(stream.Context(), nil, true, l.s.leaseCheck(req.ID, true)); err != nil {
+		if err := l.s.authorizeLeader(stream.Context(), l.s.leaseCheck(req.ID, true)); err != nil {
 			return toGRPC(err)
 		}
 		var ttl, rev int64
@@ -103,7 +103,7 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 		if r.Keys {
 			check = l.s.leaseCheck(r.ID, false)
 		}
-		if err := l.s.authorize(ctx, nil, true, check); err != nil {
+		if err := l.s.authorizeLeader(ctx, check); err != nil {
 			return nil, err
 		}
 		var (
@@ -136,7 +136,7 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 
 func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
-		if err := l.s.authorize(ctx, nil, true, l.s.leasesCheck); err != nil {
+		if err := l.s.authorizeLeader(ctx, l.s.leasesCheck); err != nil {
 			return nil, err
 		}
 		var (

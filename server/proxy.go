@@ -70,6 +70,9 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 			if down.Context().Err() != nil {
 				return down.Context().Err()
 			}
+			if leaderRefused(err) {
+				return err
+			}
 			return errStreamMoved
 		}
 		if err := down.Send(resp); err != nil {
@@ -115,4 +118,15 @@ func (s *Server) proxyKeepAlive(down pb.Lease_LeaseKeepAliveServer) error {
 	return proxy(s, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse], error) {
 		return pb.NewLeaseClient(cc).LeaseKeepAlive(ctx)
 	})
+}
+
+// leaderRefused reports whether a stream's error is the leader's answer
+// to the client (an auth check failed), to pass on as it is, rather than
+// a broken leg to the leader.
+func leaderRefused(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied, codes.FailedPrecondition:
+		return true
+	}
+	return false
 }

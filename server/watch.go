@@ -302,11 +302,11 @@ func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.Watch
 	if len(key) == 0 {
 		key = []byte{0} // etcd's smallest key, for an empty one
 	}
-	err := w.s.authorize(ctx, nil, true, func(st *core.AuthStore, id core.AuthIdentity) error {
+	err := w.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
 		return st.Check(id, key, c.RangeEnd, false)
 	})
-	if err == nil {
-		return true
+	if err == nil || errors.Is(err, core.ErrNotLeader) {
+		return true // not leading: create ends the stream, the client resumes
 	}
 	// etcd's reason is the whole text of its gRPC error.
 	reason := rpctypes.ErrGRPCPermissionDenied.Error()
