@@ -575,4 +575,3 @@ func TestAuthAsEtcdThroughAFollower(t *testing.T) {
 	follower := c.ins[(l+1)%3]
 	compareTranscripts(t, want, runAuthScript(t, follower.addr))
 }
-

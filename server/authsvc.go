@@ -62,12 +62,16 @@ func change[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx contex
 
 func (a authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
 	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthEnableResponse { return &pb.AuthEnableResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthEnableResponse, error) { return c.AuthEnable(ctx, r) })
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthEnableResponse, error) {
+			return c.AuthEnable(ctx, r)
+		})
 }
 
 func (a authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
 	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthDisableResponse { return &pb.AuthDisableResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthDisableResponse, error) { return c.AuthDisable(ctx, r) })
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthDisableResponse, error) {
+			return c.AuthDisable(ctx, r)
+		})
 }
 
 func (a authServer) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
@@ -145,17 +149,27 @@ func (a authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChange
 
 func (a authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
 	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthUserDeleteResponse { return &pb.AuthUserDeleteResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserDeleteResponse, error) { return c.UserDelete(ctx, r) })
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserDeleteResponse, error) {
+			return c.UserDelete(ctx, r)
+		})
 }
 
 func (a authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthUserGrantRoleResponse { return &pb.AuthUserGrantRoleResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserGrantRoleResponse, error) { return c.UserGrantRole(ctx, r) })
+	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthUserGrantRoleResponse {
+		return &pb.AuthUserGrantRoleResponse{Header: h}
+	},
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserGrantRoleResponse, error) {
+			return c.UserGrantRole(ctx, r)
+		})
 }
 
 func (a authServer) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthUserRevokeRoleResponse { return &pb.AuthUserRevokeRoleResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserRevokeRoleResponse, error) { return c.UserRevokeRole(ctx, r) })
+	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthUserRevokeRoleResponse {
+		return &pb.AuthUserRevokeRoleResponse{Header: h}
+	},
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserRevokeRoleResponse, error) {
+			return c.UserRevokeRole(ctx, r)
+		})
 }
 
 func (a authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
@@ -165,7 +179,9 @@ func (a authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.
 
 func (a authServer) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
 	return change(a.s, ctx, r, func(h *pb.ResponseHeader) *pb.AuthRoleDeleteResponse { return &pb.AuthRoleDeleteResponse{Header: h} },
-		func(ctx context.Context, c pb.AuthClient) (*pb.AuthRoleDeleteResponse, error) { return c.RoleDelete(ctx, r) })
+		func(ctx context.Context, c pb.AuthClient) (*pb.AuthRoleDeleteResponse, error) {
+			return c.RoleDelete(ctx, r)
+		})
 }
 
 func (a authServer) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
@@ -225,7 +241,9 @@ func (a authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*p
 		resp := st.UserList()
 		resp.Header = h
 		return resp, nil
-	}, func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserListResponse, error) { return c.UserList(ctx, r) })
+	}, func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserListResponse, error) {
+		return c.UserList(ctx, r)
+	})
 }
 
 func (a authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
@@ -233,5 +251,7 @@ func (a authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*p
 		resp := st.RoleList()
 		resp.Header = h
 		return resp, nil
-	}, func(ctx context.Context, c pb.AuthClient) (*pb.AuthRoleListResponse, error) { return c.RoleList(ctx, r) })
+	}, func(ctx context.Context, c pb.AuthClient) (*pb.AuthRoleListResponse, error) {
+		return c.RoleList(ctx, r)
+	})
 }

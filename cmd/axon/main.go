@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/crypto/bcrypt"
 	"github.com/spf13/pflag"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
