@@ -77,13 +77,17 @@ type AuthStore struct {
 	Users  map[string]*AuthUser
 	Roles  map[string]*authpb.Role
 
-	perms map[string]*userPerms // built on first check
+	// perms is every user's merged permissions, built by index before
+	// the store is shared (nil: computed at each check).
+	perms map[string]*userPerms
 }
 
 // NewAuthStore returns an empty store signing with secret, at etcd's
 // first auth revision, 1.
 func NewAuthStore(secret []byte) *AuthStore {
-	return &AuthStore{Revision: 1, Secret: secret, Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
+	a := &AuthStore{Revision: 1, Secret: secret, Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
+	a.index()
+	return a
 }
 
 // Clone returns a deep copy, for Apply.
@@ -108,7 +112,7 @@ type AuthChange = proto.Message
 // for a change etcd ignores (enabling twice, granting a role twice): then
 // nothing is to be stored.
 func (a *AuthStore) Apply(ch AuthChange) (changed bool, err error) {
-	a.perms = nil
+	defer a.index()
 	switch r := ch.(type) {
 	case *pb.AuthEnableRequest:
 		if a.Enabled {
@@ -420,6 +424,7 @@ func DecodeAuth(b []byte) (*AuthStore, error) {
 	if d.err != nil || len(d.b) != 0 {
 		return nil, ErrBadRecord
 	}
+	a.index()
 	return a, nil
 }
 

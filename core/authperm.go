@@ -38,13 +38,23 @@ func permSpan(key, end []byte) permRange {
 }
 
 func (a *AuthStore) userPerms(name string) *userPerms {
-	if a.perms == nil {
-		a.perms = make(map[string]*userPerms, len(a.Users))
-		for n, u := range a.Users {
-			a.perms[n] = a.mergePerms(u)
-		}
+	if a.perms != nil {
+		return a.perms[name]
 	}
-	return a.perms[name]
+	if u := a.Users[name]; u != nil {
+		return a.mergePerms(u)
+	}
+	return nil
+}
+
+// index builds every user's merged permissions once, before the store is
+// shared: checks then only read it.
+func (a *AuthStore) index() {
+	perms := make(map[string]*userPerms, len(a.Users))
+	for n, u := range a.Users {
+		perms[n] = a.mergePerms(u)
+	}
+	a.perms = perms
 }
 
 func (a *AuthStore) mergePerms(u *AuthUser) *userPerms {
