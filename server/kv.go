@@ -114,14 +114,19 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, toGRPC(err)
 	}
 	defer txn.Rollback()
-	// The check reads the auth store in the read's own snapshot.
-	if err := k.s.authorize(ctx, storage.NewReader(txn), led, func(st *core.AuthStore, id core.AuthIdentity) error {
-		return st.Check(id, r.Key, r.RangeEnd, false)
-	}); err != nil {
+	la := core.RangeLookahead(r, c)
+	if !led {
+		// A follower checks against the auth store in the read's own
+		// snapshot: its counter is read with the range's first reads.
+		la.Gets = append(la.Gets, core.MetaKey(core.MetaAuthSeq))
+	}
+	rd, err := exec.Reader(txn, la)
+	if err != nil {
 		return nil, toGRPC(err)
 	}
-	rd, err := exec.Reader(txn, core.RangeLookahead(r, c))
-	if err != nil {
+	if err := k.s.authorize(ctx, rd, led, func(st *core.AuthStore, id core.AuthIdentity) error {
+		return st.Check(id, r.Key, r.RangeEnd, false)
+	}); err != nil {
 		return nil, toGRPC(err)
 	}
 	resp, err := core.RangeCounted(rd, r, c, compacted, &k.s.counts)
