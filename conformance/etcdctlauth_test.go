@@ -62,14 +62,18 @@ var etcdctlAuthSteps = [][]string{
 	{"", "auth", "status"},
 }
 
-// etcdctlNoise are etcdctl's own log lines and what differs between two
-// stores by nature: lease IDs, member IDs, revisions in headers.
-var etcdctlNoise = regexp.MustCompile(`(?m)^\{"level".*$\n?`)
+// etcdctlNoise are etcdctl's own log lines; etcdctlVolatile what differs
+// between two runs by nature (the endpoint, how long a call took).
+var (
+	etcdctlNoise    = regexp.MustCompile(`(?m)^\{"level".*$\n?`)
+	etcdctlVolatile = regexp.MustCompile(`member\[[^\]]*\]\. took [^ ]*\.`)
+)
 
 // renderEtcdctl runs a step and renders what etcdctl printed.
 func renderEtcdctl(c *ctl, step []string) string {
 	out, errOut, err := c.run(step[0], step[1:]...)
 	errOut = strings.TrimSpace(etcdctlNoise.ReplaceAllString(errOut, ""))
+	errOut = etcdctlVolatile.ReplaceAllString(errOut, "member[*]. took *.")
 	return fmt.Sprintf("$ etcdctl %s\nexit error=%v\n%s\n%s", strings.Join(step[1:], " "), err != nil, strings.TrimSpace(out), errOut)
 }
 
