@@ -458,11 +458,49 @@ func (d *authDecoder) bytes() []byte {
 // format that knows auth records (a binary of format 3 refuses them
 // instead of serving the store without auth).
 func AuthWrites(a *AuthStore, by string) []Write {
+	return append(AuthRecords(a), FormatWrite(by))
+}
+
+// AuthRecords are the two records of a, without the format (a restore
+// records it last).
+func AuthRecords(a *AuthStore) []Write {
 	return []Write{
 		{Key: MetaKey(MetaAuth), Value: EncodeAuth(a)},
 		{Key: MetaKey(MetaAuthSeq), Value: binary.AppendUvarint(nil, a.Seq)},
-		FormatWrite(by),
 	}
+}
+
+// ImportAuth makes a store of what an etcd snapshot holds: its users,
+// roles, enabled flag and auth revision, signing with secret. Tokens
+// etcd gave out mean nothing here; a user logs in again.
+func ImportAuth(enabled bool, revision uint64, users []*authpb.User, roles []*authpb.Role, secret []byte) *AuthStore {
+	a := NewAuthStore(secret)
+	a.Enabled, a.Revision, a.Seq = enabled, max(revision, 1), 1
+	if enabled {
+		a.Epoch = 1
+	}
+	for _, u := range users {
+		u := proto.Clone(u).(*authpb.User)
+		slices.Sort(u.Roles)
+		a.Users[string(u.Name)] = &AuthUser{User: u, CredRev: a.Revision}
+	}
+	for _, r := range roles {
+		a.Roles[string(r.Name)] = proto.Clone(r).(*authpb.Role)
+	}
+	a.index()
+	return a
+}
+
+// ExportAuth lists a store's users and roles in name order, as etcd's
+// buckets hold them.
+func (a *AuthStore) ExportAuth() (users []*authpb.User, roles []*authpb.Role) {
+	for _, n := range slices.Sorted(mapKeys(a.Users)) {
+		users = append(users, a.Users[n].User)
+	}
+	for _, n := range slices.Sorted(mapKeys(a.Roles)) {
+		roles = append(roles, a.Roles[n])
+	}
+	return users, roles
 }
 
 // ReadAuthSeq reads the stored store's Seq (0: none stored).

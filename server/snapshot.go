@@ -99,5 +99,13 @@ func (m maintenanceServer) writeSnapshot(stream pb.Maintenance_SnapshotServer, p
 			return 0, err
 		}
 	}
+	// The auth store, in etcd's schema, as of the same snapshot.
+	if st, err := core.ReadAuth(rd); err != nil {
+		return 0, fmt.Errorf("snapshot: %w", err)
+	} else if st != nil {
+		if err := w.Auth(st); err != nil {
+			return 0, err
+		}
+	}
 	return c, w.Finish(compacted)
 }
