@@ -5,6 +5,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
@@ -107,7 +109,8 @@ func (s *Server) withHash(r interface {
 	}
 	h, err := s.hashPassword(r.GetPassword())
 	if err != nil {
-		return nil, err
+		// As etcd: bcrypt's own error (a password over 72 bytes), Unknown.
+		return nil, status.Error(codes.Unknown, err.Error())
 	}
 	switch c := c.(type) {
 	case *pb.AuthUserAddRequest:
