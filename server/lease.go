@@ -79,6 +79,9 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 			return err
 		}
 		if err := l.s.authorizeLeader(stream.Context(), l.s.leaseCheck(req.ID, true)); err != nil {
+			if errors.Is(err, core.ErrNotLeader) {
+				return errStreamMoved
+			}
 			return toGRPC(err)
 		}
 		var ttl, rev int64
