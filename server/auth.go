@@ -124,17 +124,51 @@ func tokenOf(ctx context.Context) (string, bool) {
 	return "", false
 }
 
-// identify resolves who a call runs as against st: nobody without a
-// token (or with auth off), ErrAuthInvalidToken for a bad token.
-func identify(ctx context.Context, st *core.AuthStore) (core.AuthIdentity, error) {
+// identify resolves who a call runs as against st: by its token; else,
+// forwarded, by the user the forwarding instance vouched for; else, with
+// --client-cert-auth, by its client certificate's CommonName (never on a
+// forwarded call, whose certificate is the instance's); else nobody.
+// With auth off nobody; a bad token is ErrAuthInvalidToken.
+func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIdentity, error) {
 	if !st.Enabled {
 		return core.AuthIdentity{}, nil
 	}
-	tok, ok := tokenOf(ctx)
-	if !ok {
+	now := time.Now().UnixNano()
+	if tok, ok := tokenOf(ctx); ok {
+		return st.Resolve(tok, now)
+	}
+	if forwarded(ctx) {
+		if user, ok := st.Vouched(vouchedHeader(ctx), now); ok {
+			return core.AuthIdentity{User: user, Revision: st.Revision}, nil
+		}
 		return core.AuthIdentity{}, nil
 	}
-	return st.Resolve(tok, time.Now().UnixNano())
+	if s.cfg.ClientCertAuth {
+		if cn := certUser(ctx); cn != "" {
+			return core.AuthIdentity{User: cn, Revision: st.Revision}, nil
+		}
+	}
+	return core.AuthIdentity{}, nil
+}
+
+// vouch returns what a forwarded call carries for the leader to know the
+// caller by: its token, or the user its certificate names, vouched for.
+func (s *Server) vouch(ctx context.Context) []string {
+	if tok, ok := tokenOf(ctx); ok {
+		return []string{"token", tok}
+	}
+	if !s.cfg.ClientCertAuth || forwarded(ctx) {
+		return nil
+	}
+	cn := certUser(ctx)
+	if cn == "" {
+		return nil
+	}
+	st, err := s.authView(ctx, nil, false)
+	if err != nil || !st.Enabled {
+		return nil
+	}
+	return []string{vouchKey, st.VouchUser(cn, time.Now().Add(vouchTTL).UnixNano())}
 }
 
 // authCheck decides whether a call may run, given the store and who it
@@ -148,7 +182,7 @@ func (s *Server) authorize(ctx context.Context, rd core.Reader, led bool, check 
 	if err != nil || !st.Enabled {
 		return err
 	}
-	id, err := identify(ctx, st)
+	id, err := s.identify(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -221,7 +255,7 @@ func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
 			st = core.NewAuthStore(secret)
 		}
 		if st.Enabled {
-			id, err := identify(ctx, st)
+			id, err := s.identify(ctx, st)
 			if err != nil {
 				return nil, err
 			}

@@ -38,7 +38,7 @@ func onLeader[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx cont
 		}
 		var id core.AuthIdentity
 		if st.Enabled {
-			if id, err = identify(ctx, st); err != nil {
+			if id, err = s.identify(ctx, st); err != nil {
 				return zero, err
 			}
 			if err := check(st, id); err != nil {
@@ -79,7 +79,7 @@ func (a authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (
 func (a authServer) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
 	st, err := a.s.authView(ctx, nil, false)
 	if err == nil && st.Enabled {
-		_, err = identify(ctx, st)
+		_, err = a.s.identify(ctx, st)
 	}
 	if err != nil {
 		return nil, toGRPC(err)

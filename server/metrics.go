@@ -179,6 +179,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		streams = math.MaxUint32
 	}
 	return []grpc.ServerOption{
+		grpc.Creds(terminatedTLS{}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),

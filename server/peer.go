@@ -133,17 +133,13 @@ func forwarded(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
 }
 
-// forwardContext marks an outgoing call as forwarded and passes on the
-// caller's token: the leader resolves and checks it itself, so what a
-// follower forwards is never trusted for who the caller is (a client
-// that sets the marker gains nothing; a token is signed, see
-// core.AuthStore.Resolve).
-func forwardContext(ctx context.Context) context.Context {
-	kv := []string{forwardedKey, "1"}
-	if tok, ok := tokenOf(ctx); ok {
-		kv = append(kv, "token", tok)
-	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
+// forwardContext marks an outgoing call as forwarded and passes on who
+// the caller is: its token, which the leader resolves and checks itself,
+// or the user of its client certificate, vouched for with the secret the
+// instances share (see vouch). A client that sets the marker or these
+// headers itself gains nothing: a token and a vouch are signed.
+func (s *Server) forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx)...)...)
 }
 
 // refused reports whether an error from the leader means the call was
@@ -202,7 +198,7 @@ func (s *Server) lead(ctx context.Context, local func() (int64, error), remote f
 				done(driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)})
 				return
 			}
-			rev, err := remote(forwardContext(ctx), cc)
+			rev, err := remote(s.forwardContext(ctx), cc)
 			done(driver.Answer{Rev: rev, Err: brokeOff(ctx, err)})
 		},
 		Forwarded: forwarded(ctx),

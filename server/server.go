@@ -76,8 +76,11 @@ type Config struct {
 	// lease a previous incarnation left in the election record.
 	Exclusive bool
 	// Auth is etcd's auth flags (--auth-token-ttl, --bcrypt-cost).
-	Auth   AuthConfig
-	Logger *slog.Logger
+	Auth AuthConfig
+	// ClientCertAuth is etcd's --client-cert-auth: with auth on, a call
+	// without a token runs as its client certificate's CommonName.
+	ClientCertAuth bool
+	Logger         *slog.Logger
 }
 
 // DefaultMaxRequestBytes is etcd's default --max-request-bytes.

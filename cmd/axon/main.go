@@ -281,7 +281,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
-		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost},
+		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
 	}, eng)
 	if err != nil {
 		return err
