@@ -2,25 +2,35 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/internal/etcdtest"
+	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
+	badgerkv "github.com/axon-kv/axon/storage/badger"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -58,12 +68,15 @@ func as(ctx context.Context, tok string) context.Context {
 // authScript is what `etcdctl user/role/auth ...` and a client with each
 // kind of identity send, over conn; it returns one line per call.
 type authScript struct {
-	ctx   context.Context
-	conn  *grpc.ClientConn
-	out   []string
-	sleep func(time.Duration)
-	t     *testing.T
-	last  time.Time
+	ctx  context.Context
+	conn *grpc.ClientConn
+	// certConn, with clients over mutual TLS, has a certificate whose
+	// CommonName is alice (conn's names no user).
+	certConn *grpc.ClientConn
+	out      []string
+	sleep    func(time.Duration)
+	t        *testing.T
+	last     time.Time
 }
 
 func (s *authScript) note(step, res string) {
@@ -423,7 +436,17 @@ func (s *authScript) keepAlive(ctx context.Context, id int64) string {
 
 // runMatrix sends every call as every identity.
 func (s *authScript) runMatrix() {
-	for _, id := range identities {
+	ids := identities
+	if s.certConn != nil {
+		ids = append(ids, identities[0])
+		ids[len(ids)-1].name = "CN alice from a client certificate"
+	}
+	for _, id := range ids {
+		if s.certConn != nil && id.name == ids[len(ids)-1].name {
+			conn := s.conn
+			s.conn = s.certConn
+			defer func() { s.conn = conn }()
+		}
 		for _, c := range matrix {
 			tok := ""
 			switch {
@@ -503,14 +526,31 @@ func (s *authScript) changes() {
 // interceptors would retry some answers and hide them.
 func runAuthScript(t *testing.T, addr string) []string {
 	t.Helper()
+	return runAuthScriptAs(t, addr, nil)
+}
+
+// runAuthScriptAs is runAuthScript with clients over mutual TLS when
+// cert is not nil: cert(cn) is the TLS of a client named cn.
+func runAuthScriptAs(t *testing.T, addr string, cert func(cn string) *tls.Config) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	dial := func(cn string) *grpc.ClientConn {
+		creds := insecure.NewCredentials()
+		if cert != nil {
+			creds = credentials.NewTLS(cert(cn))
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
 	}
-	defer conn.Close()
-	s := &authScript{ctx: ctx, conn: conn, sleep: time.Sleep, t: t, last: time.Now()}
+	s := &authScript{ctx: ctx, conn: dial("operator"), sleep: time.Sleep, t: t, last: time.Now()}
+	if cert != nil {
+		s.certConn = dial("alice")
+	}
 	s.manage()
 	s.reads("after auth enable", s.login("root", "rootpw"))
 	s.runMatrix()
@@ -574,4 +614,96 @@ func TestAuthAsEtcdThroughAFollower(t *testing.T) {
 	l := c.awaitLeader()
 	follower := c.ins[(l+1)%3]
 	compareTranscripts(t, want, runAuthScript(t, follower.addr))
+}
+
+// certPKI is a CA, a server certificate for 127.0.0.1 and client
+// certificates by CommonName, in files for etcd's flags too.
+type certPKI struct {
+	ca                    *testpki.CA
+	server                tls.Certificate
+	caFile, cert, keyFile string
+}
+
+func newCertPKI(t *testing.T) *certPKI {
+	t.Helper()
+	ca := testpki.NewCA(t, "client-ca")
+	certPEM, keyPEM := ca.IssueFor(t, "axon-server", 1)
+	dir := t.TempDir()
+	p := &certPKI{ca: ca, server: testpki.Pair(t, certPEM, keyPEM),
+		caFile: filepath.Join(dir, "ca.pem"), cert: filepath.Join(dir, "server.pem"), keyFile: filepath.Join(dir, "server-key.pem")}
+	for f, b := range map[string][]byte{p.caFile: ca.CertPEM(), p.cert: certPEM, p.keyFile: keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// listen is the TLS of a client listener that requires certificates.
+func (p *certPKI) listen() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{p.server}, ClientCAs: testpki.Pool(p.ca),
+		ClientAuth: tls.RequireAndVerifyClientCert, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+}
+
+// client returns the TLS of a client named cn.
+func (p *certPKI) client(t *testing.T) func(cn string) *tls.Config {
+	return func(cn string) *tls.Config {
+		certPEM, keyPEM := p.ca.IssueFor(t, cn, time.Now().UnixNano())
+		return &tls.Config{Certificates: []tls.Certificate{testpki.Pair(t, certPEM, keyPEM)}, RootCAs: testpki.Pool(p.ca), MinVersion: tls.VersionTLS12}
+	}
+}
+
+// TestAuthAsEtcdWithClientCertificates runs the script and the matrix
+// with clients over mutual TLS and --client-cert-auth, one more identity
+// being a certificate's CommonName, on etcd and on Axon (one instance,
+// and a follower of three over mock TiKV, whose instances dial each
+// other with a certificate of their own).
+func TestAuthAsEtcdWithClientCertificates(t *testing.T) {
+	p := newCertPKI(t)
+	u := etcdtest.StartWith(t, func(cfg *embed.Config) {
+		etcdWithAuth(cfg)
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: p.cert, KeyFile: p.keyFile, TrustedCAFile: p.caFile, ClientCertAuth: true}
+		for _, urls := range [][]url.URL{cfg.ListenClientUrls, cfg.AdvertiseClientUrls} {
+			urls[0].Scheme = "https"
+		}
+	})
+	want := runAuthScriptAs(t, u.Host, p.client(t))
+	t.Run("one instance", func(t *testing.T) {
+		eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		srv, err := server.New(server.Config{Core: core.Config{RingSize: 64}, MemberID: 1, ClusterID: 2, Name: "auth-tls",
+			Auth: authConfig, ClientCertAuth: true, Exclusive: true, Logger: slog.New(slog.DiscardHandler)}, eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Close)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer(srv.ServerOptions()...)
+		srv.Register(g)
+		go func() { _ = g.Serve(tls.NewListener(lis, p.listen())) }()
+		t.Cleanup(g.Stop)
+		compareTranscripts(t, want, runAuthScriptAs(t, lis.Addr().String(), p.client(t)))
+	})
+	t.Run("through a follower", func(t *testing.T) {
+		eng, err := tikv.NewMock(tikv.MockOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = eng.Close() })
+		c := newCluster(t, eng, 3)
+		c.clientTLS = p.listen()
+		c.tweak = func(cfg *server.Config) {
+			cfg.Auth, cfg.ClientCertAuth = authConfig, true
+			cfg.PeerTLS = p.client(t)("axon-peer")
+		}
+		c.startAll()
+		l := c.awaitLeader()
+		compareTranscripts(t, want, runAuthScriptAs(t, c.ins[(l+1)%3].addr, p.client(t)))
+	})
 }

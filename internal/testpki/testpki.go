@@ -131,3 +131,8 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 	}
 	return key
 }
+
+// CertPEM is the CA's certificate in PEM (a trusted-CA file).
+func (ca *CA) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+}
