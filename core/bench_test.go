@@ -167,3 +167,29 @@ func BenchmarkRange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCommitAmongWatchers commits puts, each into one of 5,000
+// namespaces, each namespace watched (a reconnect storm's aftermath):
+// a commit should cost the watchers it touches, not all of them.
+func BenchmarkCommitAmongWatchers(b *testing.B) {
+	s := newScene(b, core.Config{})
+	const watchers = 5000
+	for i := range watchers {
+		ns := fmt.Sprintf("/ns/%04d/", i)
+		if err := s.node.AddWatch(core.Watch{ID: core.WatchID(i + 1), Key: []byte(ns), End: []byte(fmt.Sprintf("/ns/%04d0", i))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.collect()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := core.RequestID(i + 1)
+		s.propose(id, putOp(fmt.Sprintf("/ns/%04d/obj", i%watchers), "v"))
+		s.settle()
+		if len(s.watch) != 1 {
+			b.Fatalf("%d watch responses to one put, want 1", len(s.watch))
+		}
+		s.watch, s.resps, s.out = s.watch[:0], s.resps[:0], s.out[:0]
+	}
+}

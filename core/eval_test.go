@@ -22,7 +22,7 @@ import (
 // scene drives one core.Node over memkv by hand, so a test decides the
 // order in which work runs and reports, and checks every output.
 type scene struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	eng   *memkv.Engine
 	node  *core.Node
@@ -32,7 +32,7 @@ type scene struct {
 	watch []core.WatchResponse
 }
 
-func newScene(t *testing.T, cfg core.Config) *scene {
+func newScene(t testing.TB, cfg core.Config) *scene {
 	t.Helper()
 	s := &scene{t: t, ctx: context.Background(), eng: memkv.New()}
 	st, err := exec.Recover(s.ctx, s.eng)

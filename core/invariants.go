@@ -64,8 +64,11 @@ func (n *Node) Invariants() error {
 		return err
 	}
 	for _, w := range n.watch.list {
-		if !w.catching && w.next <= n.committed {
-			return fmt.Errorf("watch%d synced but next r%d ≤ C=%d", w.ID, w.next, n.committed)
+		switch {
+		case w.live && w.catching:
+			return fmt.Errorf("watch%d live while catching up", w.ID)
+		case !w.live && !w.catching && w.next <= n.committed+1:
+			return fmt.Errorf("watch%d synced at next r%d (C=%d) but not live", w.ID, w.next, n.committed)
 		}
 	}
 	return nil

@@ -71,8 +71,9 @@ func readLatest(rd Reader, key []byte) (*Record, error) {
 // readValues fills in the values of kvs, ascending by key, from their
 // history records: one scan over the history of the keys' span when it
 // holds few other versions, a point read per key otherwise (a hot key
-// with thousands of versions in the span).
-func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
+// with thousands of versions in the span). Each value read is held in
+// mem (nil: unbounded).
+func readValues(rd Reader, kvs []*mvccpb.KeyValue, mem *tally) error {
 	if len(kvs) == 0 {
 		return nil
 	}
@@ -100,6 +101,9 @@ func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
 				return false
 			}
 			kvs[next].Value = bytes.Clone(rec.Value)
+			if err = mem.add(len(rec.Value)); err != nil {
+				return false
+			}
 			if next++; next == len(kvs) {
 				return false
 			}
@@ -119,6 +123,9 @@ func readValues(rd Reader, kvs []*mvccpb.KeyValue) error {
 			return err
 		}
 		kv.Value = v
+		if err := mem.add(len(v)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -161,6 +168,8 @@ type pageScan struct {
 	keysOnly bool
 	stop     bool // stop once the page is full; count stays partial
 	collect  bool
+
+	mem *tally // what the answer holds; nil: unbounded
 
 	kvs   []*mvccpb.KeyValue
 	count int64
@@ -220,7 +229,8 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 			keys = append(keys, seen{raw: raw, kv: rec.keyValue(raw), value: !p.keysOnly})
 			sure++
 		}
-		return true
+		err = p.mem.add(len(raw) + kvOverhead)
+		return err == nil
 	})
 	if scanErr != nil {
 		return scanErr
@@ -234,7 +244,7 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 			page = append(page, s.kv)
 		}
 	}
-	if err := readValues(rd, page); err != nil {
+	if err := readValues(rd, page, p.mem); err != nil {
 		return err
 	}
 	for _, s := range keys {
@@ -251,6 +261,9 @@ func (p *pageScan) run(rd Reader, key, end []byte, rev int64) error {
 				rec.Value, rec.Lease = nil, 0
 			}
 			kv = rec.keyValue(s.raw)
+			if err := p.mem.add(len(rec.Value)); err != nil {
+				return err
+			}
 		}
 		if p.collect {
 			p.alive = append(p.alive, s.raw)
@@ -285,6 +298,7 @@ func (p *pageScan) one(rd Reader, key []byte, rev int64) error {
 			rec.Value, rec.Lease = nil, 0
 		}
 		p.kvs = append(p.kvs, rec.keyValue(key))
+		return p.mem.add(len(key) + len(rec.Value) + kvOverhead)
 	}
 	return nil
 }
@@ -311,16 +325,16 @@ func keyOrdered(req *pb.RangeRequest) bool {
 }
 
 // rangeAt answers a validated range at revision rev.
-func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter) (*pb.RangeResponse, error) {
+func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter, mem *tally) (*pb.RangeResponse, error) {
 	if !keyOrdered(req) || (req.Limit <= 0 && !req.CountOnly) {
 		// Every key is read; values only if answered or sorted by.
-		p := pageScan{keep: -1, keysOnly: req.KeysOnly && req.SortTarget != pb.RangeRequest_VALUE}
+		p := pageScan{keep: -1, keysOnly: req.KeysOnly && req.SortTarget != pb.RangeRequest_VALUE, mem: mem}
 		if err := p.run(rd, req.Key, req.RangeEnd, rev); err != nil {
 			return nil, err
 		}
-		return shapeRange(req, p.kvs), nil
+		return shapeRange(req, p.kvs), mem.flush()
 	}
-	p := pageScan{keep: int(req.Limit), keysOnly: req.KeysOnly}
+	p := pageScan{keep: int(req.Limit), keysOnly: req.KeysOnly, mem: mem}
 	if req.CountOnly {
 		p.keep = 0
 	}
@@ -344,7 +358,7 @@ func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter) (*pb.Range
 		resp.Kvs = p.kvs
 		resp.More = p.count > int64(len(p.kvs))
 	}
-	return resp, nil
+	return resp, mem.flush()
 }
 
 // CheckRevision validates a requested read revision (0: the newest)
@@ -371,12 +385,13 @@ func CheckRevision(rev, committed, compacted int64) (at, header int64, err error
 // write up to committed. It is pure and safe to run outside the node's
 // lock. The header revision is committed, or compacted if that is newer.
 func Range(rd Reader, req *pb.RangeRequest, committed, compacted int64) (*pb.RangeResponse, error) {
-	return RangeCounted(rd, req, committed, compacted, nil)
+	return RangeCounted(rd, req, committed, compacted, nil, nil)
 }
 
 // RangeCounted is Range with a Counter (nil: none) that spares the later
-// pages of a paginated list a count of the rest of the range.
-func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, ctr Counter) (*pb.RangeResponse, error) {
+// pages of a paginated list a count of the rest of the range, and an
+// Allowance (nil: none) that bounds the memory its answer holds.
+func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, ctr Counter, mem Allowance) (*pb.RangeResponse, error) {
 	if err := ValidateRange(req); err != nil {
 		return nil, err
 	}
@@ -384,7 +399,7 @@ func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, c
 	if err != nil {
 		return nil, err
 	}
-	resp, err := rangeAt(rd, req, rev, ctr)
+	resp, err := rangeAt(rd, req, rev, ctr, newTally(mem))
 	if err != nil {
 		return nil, err
 	}

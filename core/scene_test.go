@@ -67,7 +67,7 @@ func TestScenes(t *testing.T) {
 
 // command runs d; ok with a result when the command prints its own.
 func (s *scene) command(d *datadriven.TestData) (string, bool) {
-	t := s.t
+	t := s.t.(*testing.T) // datadriven scenes run in tests only
 	var (
 		id         int
 		key, value string

@@ -26,16 +26,16 @@ type tlsState interface {
 }
 
 // terminatedTLS are gRPC transport credentials for listeners whose TLS is
-// ended before gRPC (a tls.Listener): they add nothing to the connection
-// but report its TLS state, so a call can take its client certificate's
-// CommonName as its user.
-type terminatedTLS struct{}
+// ended before gRPC (a tls.Listener): they report the connection's TLS
+// state, so a call can take its client certificate's CommonName as its
+// user, and with count wrap it as countingCreds do (a read's memory).
+type terminatedTLS struct{ count bool }
 
 type plainInfo struct{ credentials.CommonAuthInfo }
 
 func (plainInfo) AuthType() string { return "insecure" }
 
-func (terminatedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (t terminatedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	if tc, ok := c.(*tls.Conn); ok {
 		// A tls.Listener's connection shakes hands on its first read;
 		// the certificate is needed now (gRPC bounds this by its
@@ -44,8 +44,21 @@ func (terminatedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo
 			return nil, nil, err
 		}
 	}
+	var state *tls.ConnectionState
 	if tc, ok := c.(tlsState); ok {
-		return c, credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+		st := tc.ConnectionState()
+		state = &st
+	}
+	if t.count {
+		cc, info, err := countingCreds{}.ServerHandshake(c)
+		if ci, ok := info.(countingInfo); ok {
+			ci.tls = state
+			info = ci
+		}
+		return cc, info, err
+	}
+	if state != nil {
+		return c, credentials.TLSInfo{State: *state, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 	}
 	return c, plainInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 }
@@ -70,11 +83,17 @@ func certUser(ctx context.Context) string {
 	if !ok {
 		return ""
 	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
+	var state *tls.ConnectionState
+	switch info := p.AuthInfo.(type) {
+	case credentials.TLSInfo:
+		state = &info.State
+	case countingInfo:
+		state = info.tls
+	}
+	if state == nil {
 		return ""
 	}
-	for _, chain := range info.State.VerifiedChains {
+	for _, chain := range state.VerifiedChains {
 		if len(chain) > 0 {
 			return chain[0].Subject.CommonName
 		}

@@ -129,7 +129,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	}); err != nil {
 		return nil, toGRPC(err)
 	}
-	resp, err := core.RangeCounted(rd, r, c, compacted, &k.s.counts)
+	resp, err := core.RangeCounted(rd, r, c, compacted, &k.s.counts, memoryFor(ctx))
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -178,8 +178,8 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	if streams == 0 {
 		streams = math.MaxUint32
 	}
-	return []grpc.ServerOption{
-		grpc.Creds(terminatedTLS{}),
+	opts := []grpc.ServerOption{
+		grpc.Creds(terminatedTLS{count: s.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
@@ -188,6 +188,10 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
 	}
+	if s.reads != nil {
+		opts = append(opts, grpc.StatsHandler(readStats{s.reads}))
+	}
+	return opts
 }
 
 // initGRPC creates the series of every method of the services Register

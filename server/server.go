@@ -66,6 +66,9 @@ type Config struct {
 	// this instance serves at once; past it they are answered "too many
 	// requests" (0: DefaultMaxInflight; negative: no bound).
 	MaxInflight int
+	// ReadMemory bounds the bytes the answers of reads in flight hold: past
+	// it a list waits before copying more of its answer (0: no bound).
+	ReadMemory int64
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
 	Quota Quota
@@ -135,6 +138,7 @@ type Server struct {
 
 	metrics   *metrics
 	admission *admission
+	reads     *readBudget
 	jobs      chan func() // work items for idle exec workers
 	compact   *compactor
 	space     *space
@@ -200,6 +204,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		}})
 	s.metrics = newMetrics(s)
 	s.admission = newAdmission(cfg.MaxInflight)
+	s.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
 	if sz, ok := eng.(interface{ Size() int64 }); ok {

@@ -72,6 +72,7 @@ type serveFlags struct {
 	maxInflight, maxPending                      int
 	watchCacheBytes                              int64
 	memoryBudget                                 int64
+	readMemory                                   int64
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
 	tikvMock                                     tikvMockFlags
@@ -105,7 +106,8 @@ func serveCmd() *cobra.Command {
 	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
 	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
 	fl.Int64Var(&f.watchCacheBytes, "watch-cache-bytes", 32<<20, "memory for the leader's recent events (values and previous values), which watchers near the head are served from; older events are read from the engine (negative: only the 65,536-event bound)")
-	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: GOMEMLIMIT if set, else 3/4 of the memory limit of the process's cgroup, else none; negative: none, Badger's 64 MiB memtables and Go's default GC)")
+	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables and caches to half of it, the answers of reads in flight to a quarter (at most 512 MiB), and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: GOMEMLIMIT if set, else 3/4 of the memory limit of the process's cgroup, else half the machine's memory; negative: none, Badger's 64 MiB memtables, no bound on reads and Go's default GC)")
+	fl.Int64Var(&f.readMemory, "read-memory-bytes", 0, "memory the answers of reads in flight may hold; past it a large list waits before copying more (0: a quarter of the memory budget, at most 512 MiB; negative: no bound)")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
 	fl.DurationVar(&f.keepAlive.MinTime, "grpc-keepalive-min-time", 5*time.Second, "shortest interval at which a client may ping the server")
@@ -144,6 +146,24 @@ func (f serveFlags) quotaFor() server.Quota {
 		q.Dir = f.dataDir
 	}
 	return q
+}
+
+// maxReadMemory caps the default bound on the answers of reads in
+// flight: a core builds and encodes answers at a few hundred MB/s, so
+// past half a GiB in flight more concurrent lists add memory, not speed.
+const maxReadMemory = 512 << 20
+
+// readMemory is the bound on the answers of reads in flight: the flag's
+// if given (negative: none), else a quarter of the memory budget up to
+// maxReadMemory (none without a budget).
+func readMemory(flag, budget int64) int64 {
+	switch {
+	case flag != 0:
+		return max(flag, 0)
+	case budget > 0:
+		return min(budget/4, maxReadMemory)
+	}
+	return 0
 }
 
 // autoCompaction parses etcd's --auto-compaction-mode and -retention.
@@ -281,7 +301,8 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Lease: f.leaderLease, MaxDrift: f.maxClockDrift, EngineDeadline: f.engineDeadline,
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
-		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
+		ReadMemory: readMemory(f.readMemory, f.memoryBudget),
+		Auth:       server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
 	}, eng)
 	if err != nil {
 		return err

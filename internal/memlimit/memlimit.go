@@ -1,8 +1,8 @@
 // Package memlimit decides how much memory an Axon server plans for when
 // its operator did not say: the soft limit given to Go (GOMEMLIMIT) or,
 // failing that, the memory limit of the control group the process runs
-// in (a Kubernetes pod's limits.memory). Without either the machine is
-// the limit and Badger keeps its own defaults.
+// in (a Kubernetes pod's limits.memory), failing that a share of the
+// machine's memory: a server on a laptop never grows without bound.
 package memlimit
 
 import (
@@ -25,6 +25,7 @@ const (
 	FromFlag       Source = "flag"
 	FromGOMEMLIMIT Source = "GOMEMLIMIT"
 	FromCgroup     Source = "cgroup"
+	FromMachine    Source = "machine"
 	None           Source = "none"
 )
 
@@ -34,9 +35,15 @@ const (
 // heap.
 const CgroupShare = 0.75
 
+// MachineShare is the part of the machine's memory a budget takes when
+// nothing else sets one: a store shares a machine with other programs,
+// and the page cache of its files makes it faster than heap would.
+const MachineShare = 0.5
+
 // Budget returns the memory budget to run with: flag if positive (none
-// if negative), else the soft limit Go was started with (GOMEMLIMIT), else CgroupShare of
-// the memory limit of this process's control group, else 0 (None).
+// if negative), else the soft limit Go was started with (GOMEMLIMIT),
+// else CgroupShare of the memory limit of this process's control group,
+// else MachineShare of the machine's memory, else 0 (None).
 func Budget(flag int64) (int64, Source) {
 	switch {
 	case flag > 0:
@@ -47,8 +54,17 @@ func Budget(flag int64) (int64, Source) {
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 {
 		return lim, FromGOMEMLIMIT
 	}
-	if lim, ok := CgroupLimit("/"); ok {
+	return derived("/")
+}
+
+// derived is the budget the system gives, with the root of /proc and
+// /sys at root ("/" but for tests).
+func derived(root string) (int64, Source) {
+	if lim, ok := CgroupLimit(root); ok {
 		return int64(float64(lim) * CgroupShare), FromCgroup
+	}
+	if total, ok := memTotal(root); ok {
+		return int64(float64(total) * MachineShare), FromMachine
 	}
 	return 0, None
 }

@@ -142,3 +142,43 @@ func TestBudgetFromARealCgroup(t *testing.T) {
 		t.Fatalf("the helper in a %d-byte cgroup said %q, want %q", limit, out, want)
 	}
 }
+
+// TestDerivedBudget checks the budget the system gives when no flag or
+// GOMEMLIMIT sets one: a share of the cgroup's limit, else a share of the
+// machine, else none.
+func TestDerivedBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+		src   Source
+	}{
+		{"cgroup", map[string]string{
+			"proc/meminfo":               meminfo,
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": "1073741824\n",
+		}, int64((1 << 30) * CgroupShare), FromCgroup},
+		{"machine", map[string]string{
+			"proc/meminfo":               meminfo,
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": "max\n",
+		}, int64(24684096 << 10 * MachineShare), FromMachine},
+		{"nothing known", map[string]string{}, 0, None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, body := range tc.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, src := derived(root); got != tc.want || src != tc.src {
+				t.Fatalf("derived = %d, %s; want %d, %s", got, src, tc.want, tc.src)
+			}
+		})
+	}
+}

@@ -21,13 +21,14 @@ var defragKey = []byte("axon/badger/defrag")
 // drops such versions only when it compacts the tables holding them, and
 // a store that stopped growing may never compact its level 0 again.
 //
-// Badger has no call that flushes the memtables and compacts level 0 but
-// DropPrefix, so Defrag writes a marker key and drops it: that flushes
-// every memtable and compacts all of level 0 into the next level. It runs
-// in the commit loop (badger refuses writes meanwhile, so commits wait
-// their turn instead); reads go on. Flatten then merges the remaining
-// levels, with commits flowing, and the value log is collected until a
-// pass finds nothing to rewrite or ctx ends.
+// Flatten merges the levels, level 0 included, with commits flowing.
+// Badger has no call that flushes the memtables but DropPrefix, so Defrag
+// then writes a marker key and drops it: that flushes every memtable and
+// compacts level 0 into the next level. It runs in the commit loop
+// (badger refuses writes meanwhile, so commits wait their turn instead:
+// the one stall of a defragmentation, as long as writing the memtables
+// out takes); reads go on. Flatten merges again, and the value log is
+// collected until a pass finds nothing to rewrite or ctx ends.
 //
 // It first checks that the data directory's filesystem has the room that
 // needs (DefragSpace): a rewrite that runs out of disk half-way leaves
@@ -47,6 +48,15 @@ func (e *Engine) Defrag(ctx context.Context) error {
 	}
 	if have < need {
 		return &SpaceError{Need: need, Have: have}
+	}
+	// Flatten first, with commits flowing: what the blocking flush then
+	// compacts is only what the memtables held (writes stalled 1.0 s
+	// with 64 writers when the flush came first, 0.45 s after).
+	e.cmu.Lock()
+	e.prune()
+	e.cmu.Unlock()
+	if err := e.db.Flatten(2); err != nil {
+		return fmt.Errorf("badger: defrag: flatten: %w", err)
 	}
 	done := make(chan error, 1)
 	select {
