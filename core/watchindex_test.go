@@ -26,7 +26,7 @@ func TestWatchIndexDeliversToExactlyTheMatchingWatchers(t *testing.T) {
 	}
 	var shapes []shape
 	for i := range 40 {
-		shapes = append(shapes, shape{key: key(i * 3)})                     // one key
+		shapes = append(shapes, shape{key: key(i * 3)})                    // one key
 		shapes = append(shapes, shape{key: key(i * 2), end: key(i*2 + 7)}) // a range
 	}
 	for d := range 10 {
@@ -36,8 +36,8 @@ func TestWatchIndexDeliversToExactlyTheMatchingWatchers(t *testing.T) {
 		shapes = append(shapes, shape{key: p, end: fmt.Sprintf("k%d", d+1), noPut: true})
 	}
 	shapes = append(shapes,
-		shape{key: key(50), end: "\x00"}, // from a key
-		shape{key: "\x00", end: "\x00"},  // every key
+		shape{key: key(50), end: "\x00"},  // from a key
+		shape{key: "\x00", end: "\x00"},   // every key
 		shape{key: key(60), end: key(10)}, // empty
 		shape{key: key(5), end: key(5)},   // empty
 	)
