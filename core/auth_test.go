@@ -328,3 +328,28 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 		}
 	})
 }
+
+func TestAVouchIsTheInstancesAlone(t *testing.T) {
+	st := core.NewAuthStore([]byte("secret"))
+	const now = 1000
+	for _, tc := range []struct {
+		name string
+		v    string
+		want string
+	}{
+		{"genuine", st.VouchUser("alice", now+1), "alice"},
+		{"for good (a stream's)", st.VouchUser("alice", 0), "alice"},
+		{"expired", st.VouchUser("alice", now), ""},
+		{"another secret's", core.NewAuthStore([]byte("other")).VouchUser("root", 0), ""},
+		{"a bare name", "root", ""},
+		{"tampered", st.VouchUser("alice", 0)[1:], ""},
+	} {
+		got, ok := st.Vouched(tc.v, now)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s: got %q %v, want %q", tc.name, got, ok, tc.want)
+		}
+	}
+	if _, ok := core.NewAuthStore(nil).Vouched(core.NewAuthStore(nil).VouchUser("root", 0), now); ok {
+		t.Error("a store without a secret took a vouch")
+	}
+}

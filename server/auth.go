@@ -152,8 +152,9 @@ func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIde
 }
 
 // vouch returns what a forwarded call carries for the leader to know the
-// caller by: its token, or the user its certificate names, vouched for.
-func (s *Server) vouch(ctx context.Context) []string {
+// caller by: its token, or the user its certificate names, vouched for
+// until ttl from now (0: for good, for a stream).
+func (s *Server) vouch(ctx context.Context, ttl time.Duration) []string {
 	if tok, ok := tokenOf(ctx); ok {
 		return []string{"token", tok}
 	}
@@ -168,7 +169,11 @@ func (s *Server) vouch(ctx context.Context) []string {
 	if err != nil || !st.Enabled {
 		return nil
 	}
-	return []string{vouchKey, st.VouchUser(cn, time.Now().Add(vouchTTL).UnixNano())}
+	exp := int64(0)
+	if ttl > 0 {
+		exp = time.Now().Add(ttl).UnixNano()
+	}
+	return []string{vouchKey, st.VouchUser(cn, exp)}
 }
 
 // authCheck decides whether a call may run, given the store and who it

@@ -137,9 +137,16 @@ func forwarded(ctx context.Context) bool {
 // the caller is: its token, which the leader resolves and checks itself,
 // or the user of its client certificate, vouched for with the secret the
 // instances share (see vouch). A client that sets the marker or these
-// headers itself gains nothing: a token and a vouch are signed.
+// headers itself gains nothing: a token and a vouch are signed. A
+// unary call's vouch holds for vouchTTL; a stream's for the stream, whose
+// requests (watch creations, keepalives) are checked as they come.
 func (s *Server) forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx)...)...)
+	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, vouchTTL)...)...)
+}
+
+// forwardStreamContext is forwardContext for a proxied stream.
+func (s *Server) forwardStreamContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, 0)...)...)
 }
 
 // refused reports whether an error from the leader means the call was
