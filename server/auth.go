@@ -58,6 +58,10 @@ type authState struct {
 	dummyOnce sync.Once
 	gen       atomic.Uint64
 	cur       atomic.Pointer[authCopy]
+	// distrust (Unix nanoseconds) is when a change whose commit failed
+	// has surely landed or never will (the engine deadline): until then
+	// the leader's copy is not the store, and checks read the engine.
+	distrust atomic.Int64
 }
 
 type authCopy struct {
@@ -73,6 +77,7 @@ type authCopy struct {
 func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*core.AuthStore, error) {
 	g := s.auth.gen.Load()
 	cur := s.auth.cur.Load()
+	led = led && time.Now().UnixNano() >= s.auth.distrust.Load()
 	if led && cur != nil && cur.leader && cur.gen == g {
 		return cur.store, nil
 	}
@@ -276,6 +281,13 @@ func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
 		next = st
 		return core.AuthWrites(st, BinaryVersion()), nil
 	})
+	if err != nil && next != nil {
+		// The commit failed, maybe uncertainly (it may land later): read
+		// the engine until it surely has or never will.
+		s.auth.distrust.Store(time.Now().Add(s.mcfg.EngineDeadline).UnixNano())
+		s.auth.cur.Store(nil)
+		return err
+	}
 	if err != nil || next == nil {
 		return err
 	}
