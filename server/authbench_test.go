@@ -21,46 +21,11 @@ import (
 // client logged in as alice.
 func authedClient(b *testing.B, cli *clientv3.Client) *clientv3.Client {
 	b.Helper()
-	ctx := b.Context()
-	a := pb.NewAuthClient(cli.ActiveConnection())
-	steps := []func() error{
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
-			return err
-		},
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
-			return err
-		},
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})
-			return err
-		},
-		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "r"}); return err },
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "r"})
-			return err
-		},
-	}
+	perms := []*authpb.Permission{readwrite("/registry/", "/registry0")}
 	for i := range 9 {
-		steps = append(steps, func() error {
-			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{
-				PermType: authpb.Permission_READ, Key: fmt.Appendf(nil, "/other/%d/", i), RangeEnd: fmt.Appendf(nil, "/other/%d0", i)}})
-			return err
-		})
+		perms = append(perms, &authpb.Permission{PermType: authpb.Permission_READ, Key: fmt.Appendf(nil, "/other/%d/", i), RangeEnd: fmt.Appendf(nil, "/other/%d0", i)})
 	}
-	steps = append(steps,
-		func() error {
-			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{
-				PermType: authpb.Permission_READWRITE, Key: []byte("/registry/"), RangeEnd: []byte("/registry0")}})
-			return err
-		},
-		func() error { _, err := a.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err })
-	for _, step := range steps {
-		if err := step(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	setUpAlice(b, b.Context(), pb.NewAuthClient(cli.ActiveConnection()), perms)
 	alice, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second, Username: "alice", Password: "alicepw", Logger: zap.NewNop()})
 	if err != nil {
 		b.Fatal(err)

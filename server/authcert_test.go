@@ -59,43 +59,7 @@ func TestTheClientCertificateNamesTheUser(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	root := as(l, "root")
-	a := pb.NewAuthClient(root)
-	for _, err := range []error{
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "x"})
-			return err
-		}(),
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
-			return err
-		}(),
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "axon-peer", Password: "x"})
-			return err
-		}(),
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "axon-peer", Role: "root"})
-			return err
-		}(),
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})
-			return err
-		}(),
-		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "r"}); return err }(),
-		func() error {
-			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{PermType: authpb.Permission_READWRITE, Key: []byte("k")}})
-			return err
-		}(),
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "r"})
-			return err
-		}(),
-		func() error { _, err := a.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err }(),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUpAlice(t, ctx, pb.NewAuthClient(root), []*authpb.Permission{readwrite("k", "")}, "axon-peer")
 	follower := (l + 1) % 3
 	for _, i := range []int{l, follower} {
 		alice, carol := as(i, "alice"), as(i, "carol")

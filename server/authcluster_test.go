@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -42,32 +41,7 @@ func startAuthCluster(t *testing.T) *authCluster {
 		t.Cleanup(func() { conn.Close() })
 		ac.conns = append(ac.conns, conn)
 	}
-	ctx := ctxT(t)
-	a := pb.NewAuthClient(ac.conns[0])
-	for _, step := range []func() error{
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
-			return err
-		},
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
-			return err
-		},
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})
-			return err
-		},
-		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "r"}); return err },
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "r"})
-			return err
-		},
-		func() error { _, err := a.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUpAlice(t, ctxT(t), pb.NewAuthClient(ac.conns[0]), nil)
 	ac.root = ac.login(t, 1, "root", "rootpw")
 	return ac
 }
@@ -84,7 +58,7 @@ func (ac *authCluster) login(t *testing.T, i int, user, pw string) context.Conte
 }
 
 func readK() *pb.AuthRoleGrantPermissionRequest {
-	return &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{PermType: authpb.Permission_READWRITE, Key: []byte("k")}}
+	return &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: readwrite("k", "")}
 }
 
 // TestAForwardingMarkerOrIdentityFromAClientGainsNothing sends, to the

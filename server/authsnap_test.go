@@ -31,39 +31,10 @@ func setUpAuth(t *testing.T, addr string) uint64 {
 	t.Helper()
 	conn := rawConn(t, addr)
 	a, ctx := pb.NewAuthClient(conn), ctxT(t)
-	steps := []func() error{
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
-			return err
-		},
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
-			return err
-		},
-		func() error {
-			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})
-			return err
-		},
-		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "r"}); return err },
-		func() error {
-			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{PermType: authpb.Permission_READWRITE, Key: []byte("k")}})
-			return err
-		},
-		func() error {
-			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "alice", Role: "r"})
-			return err
-		},
-		func() error {
-			_, err := pb.NewKVClient(conn).Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-			return err
-		},
-		func() error { _, err := a.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
+	if _, err := pb.NewKVClient(conn).Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUpAlice(t, ctx, a, []*authpb.Permission{readwrite("k", "")})
 	st, err := a.AuthStatus(ctx, &pb.AuthStatusRequest{})
 	if err != nil {
 		t.Fatal(err)
