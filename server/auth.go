@@ -77,10 +77,10 @@ type authCopy struct {
 func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*core.AuthStore, error) {
 	g := s.auth.gen.Load()
 	cur := s.auth.cur.Load()
-	led = led && time.Now().UnixNano() >= s.auth.distrust.Load()
-	if led && cur != nil && cur.leader && cur.gen == g {
+	if led && s.auth.trusted(cur) {
 		return cur.store, nil
 	}
+	led = led && time.Now().UnixNano() >= s.auth.distrust.Load()
 	if rd == nil {
 		txn, err := s.eng.Begin(ctx)
 		if err != nil {
@@ -203,10 +203,19 @@ func (s *Server) authorize(ctx context.Context, rd core.Reader, led bool, check 
 // the store; core.ErrNotLeader if this instance does not lead, so that
 // the driver sends the call to the leader instead.
 func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
-	if !s.step(nil) {
+	// A copy kept while leading, with no change of role since, says this
+	// instance leads (a role change bumps gen as it happens): no need to
+	// ask the member.
+	if !s.auth.trusted(s.auth.cur.Load()) && !s.step(nil) {
 		return core.ErrNotLeader
 	}
 	return s.authorize(ctx, nil, true, check)
+}
+
+// trusted reports whether cur is the leader's copy of this term: the
+// store itself.
+func (a *authState) trusted(cur *authCopy) bool {
+	return cur != nil && cur.leader && cur.gen == a.gen.Load() && time.Now().UnixNano() >= a.distrust.Load()
 }
 
 // Checks that etcd makes of calls other than key ranges.

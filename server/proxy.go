@@ -6,6 +6,7 @@ import (
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -121,12 +122,14 @@ func (s *Server) proxyKeepAlive(down pb.Lease_LeaseKeepAliveServer) error {
 }
 
 // leaderRefused reports whether a stream's error is the leader's answer
-// to the client (an auth check failed), to pass on as it is, rather than
-// a broken leg to the leader.
+// to the client (an auth check of a keepalive failed), to pass on as it
+// is, rather than a broken leg to the leader (anything else).
 func leaderRefused(err error) bool {
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied, codes.FailedPrecondition:
-		return true
+	for _, refusal := range []error{rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrGRPCPermissionDenied, rpctypes.ErrGRPCAuthOldRevision} {
+		if errors.Is(err, refusal) {
+			return true
+		}
 	}
 	return false
 }
