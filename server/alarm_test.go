@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -25,11 +26,13 @@ func alarmSteps(t *testing.T, addr string) []string {
 	defer conn.Close()
 	m := pb.NewMaintenanceClient(conn)
 	ctx := ctxT(t)
+	// etcd lists alarms in its map's order: compared in member order.
 	render := func(as []*pb.AlarmMember) string {
 		var out []string
 		for _, a := range as {
 			out = append(out, fmt.Sprintf("%d:%s", a.MemberID, a.Alarm))
 		}
+		slices.Sort(out)
 		return fmt.Sprint(out)
 	}
 	var out []string
