@@ -124,6 +124,19 @@
 // the safety net: late work and conflicts still fence and deal again, and
 // only an engine that keeps failing exhausts a request's attempts.
 //
+// # Auth
+//
+// AuthStore is etcd's auth store as a value (auth.go): Apply changes a
+// Clone by one request of etcd's Auth service, with etcd's rules and
+// errors, and bumps etcd's auth revision; Check, CheckOp, CheckAdmin and
+// CheckLeaseKeys are etcd's permission checks; IssueToken and Resolve
+// sign and verify tokens with the store's secret (the driver passes the
+// time in and runs bcrypt). The store is engine data under MetaAuth, its
+// change counter under MetaAuthSeq; AuthWrites are the writes that store
+// it and record format 4. Changes take no KV revision, as in etcd: the
+// driver runs them in an engine transaction of their own, on the leader,
+// and checks requests against the store before dealing them.
+//
 // # Writing a driver
 //
 // A driver runs one Member per instance; several instances share one

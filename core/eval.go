@@ -62,7 +62,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	case WorkElect:
 		return evaluateElect(rd, w.Elect)
 	case WorkAlarm:
-		return evaluateAlarm(w.Raise), nil
+		return evaluateAlarm(rd, w.Alarmed)
 	case WorkCompact:
 		ws, err := CompactWrites(rd, w.Rev)
 		if err != nil {

@@ -15,12 +15,23 @@ import (
 //	1  values in latest and history records, revision records in one range
 //	2  a value stored once, in its history record (latest records hold none)
 //	3  revision records spread over RevisionShards shards; format recorded
+//	4  format 3 that may hold the auth store (MetaAuth, MetaAuthSeq)
 //
 // Formats 1 and 2 recorded no format; today's code reads both alike, so
 // an unrecorded store counts as FormatUnrecorded and upgrades the same way.
+//
+// Format 4 moves no record: a store of format 3 is format 4 without auth
+// records, so it is served as it is (no --upgrade-data) and stays
+// readable by binaries of format 3 until the first change of the auth
+// store records format 4 in the same transaction (AuthWrites). From then
+// on a binary of format 3 refuses the store, as written by a newer
+// binary, rather than serve it without its users and permissions.
 const (
-	FormatVersion    = 3
+	FormatVersion    = 4
 	FormatUnrecorded = 2
+	// FormatNoAuth is the last format without auth records: served as
+	// it is.
+	FormatNoAuth = 3
 )
 
 // MetaFormat names the meta record holding the store's Format.
@@ -110,7 +121,7 @@ func FormatWrite(by string) Write {
 // (upgradable says the store can be upgraded in place with UpgradeStep).
 func CheckFormat(f Format) (upgradable bool, err error) {
 	switch {
-	case f.Version == 0 || f.Version == FormatVersion:
+	case f.Version == 0 || f.Version == FormatVersion || f.Version == FormatNoAuth:
 		return false, nil
 	case f.Version > FormatVersion:
 		return false, &FormatError{Found: f, Hint: "it was written by a newer binary; run that binary, or restore a snapshot taken with it (etcdctl snapshot save) with this one (axon snapshot restore)"}

@@ -164,7 +164,7 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	case n.draining:
 		n.respond(id, ErrNotLeader)
 		return
-	case n.nospace:
+	case n.NoSpace():
 		n.respond(id, ErrNoSpace)
 		return
 	case ttl > MaxLeaseTTL:

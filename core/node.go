@@ -103,8 +103,11 @@ type Work struct {
 	// Watch and From/To address a catch-up read.
 	Watch    WatchID
 	From, To int64
-	// Raise is WorkAlarm's new state of the NOSPACE alarm.
-	Raise bool
+	// Raise and AlarmMember are WorkAlarm's change of a member's NOSPACE
+	// alarm; Alarmed the members raised after it, in order.
+	Raise       bool
+	AlarmMember uint64
+	Alarmed     []uint64
 	// Batch is WorkBatch's requests, in revision order.
 	Batch []*Work
 	// Sweep is WorkSweep's progress before its batch.
@@ -244,8 +247,9 @@ type State struct {
 	Committed int64
 	Compacted int64
 	Leases    []LeaseState
-	// NoSpace: the NOSPACE alarm is raised.
+	// NoSpace: the NOSPACE alarm is raised, by the members Alarmed.
 	NoSpace bool
+	Alarmed []uint64
 }
 
 type slotState uint8
@@ -293,10 +297,11 @@ type Node struct {
 	latches  latches
 	// draining refuses new writes while leadership is handed over.
 	draining bool
-	// nospace is the NOSPACE alarm; alarming says a WorkAlarm is out,
-	// alarms are the changes asked for meanwhile.
-	nospace, alarming bool
-	alarms            []*Work
+	// alarmed are the members whose NOSPACE alarm is raised; alarming
+	// says a WorkAlarm is out, alarms are the changes asked for meanwhile.
+	alarmed  []uint64
+	alarming bool
+	alarms   []*Work
 	// compacting is the compact revision being stored, if above
 	// compacted; a second request for it or below fails, as in etcd.
 	compacting int64
@@ -321,7 +326,10 @@ func NewNode(cfg Config, st State) *Node {
 		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
 		latches:   newLatches(),
-		nospace:   st.NoSpace,
+		alarmed:   st.Alarmed,
+	}
+	if st.NoSpace && len(n.alarmed) == 0 {
+		n.alarmed = []uint64{AnyMember}
 	}
 	n.ring.SetByteLimit(cfg.RingBytes)
 	if st.Compacted > 1 {
@@ -383,7 +391,7 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	if n.draining {
 		err = ErrNotLeader
 	}
-	if err == nil && n.nospace && addsData(req) {
+	if err == nil && n.NoSpace() && addsData(req) {
 		err = ErrNoSpace
 	}
 	if err == nil && len(n.latches.live) >= n.cfg.MaxPending {

@@ -22,9 +22,10 @@ func Recover(rd Reader) (State, error) {
 	if st.Leases, err = ReadLeases(rd); err != nil {
 		return State{}, err
 	}
-	if st.NoSpace, err = ReadNoSpace(rd); err != nil {
+	if st.Alarmed, err = ReadAlarmed(rd); err != nil {
 		return State{}, err
 	}
+	st.NoSpace = len(st.Alarmed) > 0
 	return st, nil
 }
 

@@ -52,6 +52,10 @@ type testCluster struct {
 	// tweak, when set before instances start, changes each instance's
 	// configuration.
 	tweak func(*server.Config)
+	// clientTLS, when set before instances start, serves each instance's
+	// client listener (where the others forward to, without peerTLS)
+	// with this TLS.
+	clientTLS *tls.Config
 }
 
 // clusterTiming is short so that failovers take about a second.
@@ -102,6 +106,9 @@ func (c *testCluster) start(i int) {
 		c.t.Fatal(err)
 	}
 	in.addr = lis.Addr().String()
+	if c.clientTLS != nil {
+		lis = tls.NewListener(lis, c.clientTLS)
+	}
 	cfg := clusterConfig(in.name, in.addr)
 	if c.tweak != nil {
 		c.tweak(&cfg)

@@ -41,6 +41,24 @@ var coreErrors = []struct {
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
 	{core.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{core.ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests},
+	{core.ErrAuthRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{core.ErrAuthRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{core.ErrAuthUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{core.ErrAuthUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{core.ErrAuthUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{core.ErrAuthRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{core.ErrAuthRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{core.ErrAuthRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{core.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{core.ErrAuthPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{core.ErrAuthPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{core.ErrAuthRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{core.ErrAuthPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{core.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{core.ErrAuthInvalidToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{core.ErrAuthInvalidMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
+	{core.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
+	{core.ErrAuthNoPasswordUser, status.Error(codes.Unknown, core.ErrAuthNoPasswordUser.Error())},
 }
 
 // toGRPC turns an error into the status etcd would answer with.
@@ -91,13 +109,24 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := core.ValidateRange(r); err != nil {
 		return nil, toGRPC(err)
 	}
-	txn, c, compacted, err := k.s.snapshot(ctx, r.Serializable)
+	txn, c, compacted, led, err := k.s.snapshotLed(ctx, r.Serializable)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	defer txn.Rollback()
-	rd, err := exec.Reader(txn, core.RangeLookahead(r, c))
+	la := core.RangeLookahead(r, c)
+	if !led {
+		// A follower checks against the auth store in the read's own
+		// snapshot: its counter is read with the range's first reads.
+		la.Gets = append(la.Gets, core.MetaKey(core.MetaAuthSeq))
+	}
+	rd, err := exec.Reader(txn, la)
 	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if err := k.s.authorize(ctx, rd, led, func(st *core.AuthStore, id core.AuthIdentity) error {
+		return st.Check(id, r.Key, r.RangeEnd, false)
+	}); err != nil {
 		return nil, toGRPC(err)
 	}
 	resp, err := core.RangeCounted(rd, r, c, compacted, &k.s.counts, memoryFor(ctx))
@@ -142,13 +171,17 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
 	out, err := forward(k.s, ctx, func() (T, error) {
+		var zero T
+		if err := k.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
+			return st.CheckOp(id, op, k.s.leaseKeys)
+		}); err != nil {
+			return zero, err
+		}
 		if err := k.s.checkSpace(ctx); err != nil {
-			var zero T
 			return zero, err
 		}
 		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
 		if err != nil {
-			var zero T
 			return zero, err
 		}
 		return pick(resp.Response), nil
@@ -179,6 +212,9 @@ func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 
 func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
+		if err := k.s.authorizeLeader(ctx, admin); err != nil {
+			return nil, err
+		}
 		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })
 		if err != nil {
 			return nil, err

@@ -35,6 +35,9 @@ type leaseServer struct {
 
 func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseGrantResponse, error) {
+		if err := l.s.authorizeLeader(ctx, someUser); err != nil {
+			return nil, err
+		}
 		if err := l.s.checkSpace(ctx); err != nil {
 			return nil, err
 		}
@@ -50,6 +53,9 @@ func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*
 
 func (l leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseRevokeResponse, error) {
+		if err := l.s.authorizeLeader(ctx, l.s.leaseCheck(r.ID, true)); err != nil {
+			return nil, err
+		}
 		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Revoke(id, r.ID) })
 		if err != nil {
 			return nil, err
@@ -72,6 +78,12 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 		if err != nil {
 			return err
 		}
+		if err := l.s.authorizeLeader(stream.Context(), l.s.leaseCheck(req.ID, true)); err != nil {
+			if errors.Is(err, core.ErrNotLeader) {
+				return errStreamMoved
+			}
+			return toGRPC(err)
+		}
 		var ttl, rev int64
 		if !l.s.step(func(n *core.Node) {
 			ttl, err = n.KeepAlive(req.ID, l.s.clock())
@@ -92,6 +104,13 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 
 func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseTimeToLiveResponse, error) {
+		check := someUser
+		if r.Keys {
+			check = l.s.leaseCheck(r.ID, false)
+		}
+		if err := l.s.authorizeLeader(ctx, check); err != nil {
+			return nil, err
+		}
 		var (
 			info core.LeaseInfo
 			rev  int64
@@ -122,6 +141,9 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 
 func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	return forward(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
+		if err := l.s.authorizeLeader(ctx, l.s.leasesCheck); err != nil {
+			return nil, err
+		}
 		var (
 			ids []int64
 			rev int64
@@ -137,4 +159,33 @@ func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) 
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
 		return pb.NewLeaseClient(cc).LeaseLeases(ctx, r)
 	})
+}
+
+// leaseCheck is etcd's check of a call on a lease: a user, and unless
+// root, write (revoke, keepalive) or read (time-to-live with keys) on
+// every key attached to it.
+func (s *Server) leaseCheck(lease int64, write bool) authCheck {
+	return func(st *core.AuthStore, id core.AuthIdentity) error {
+		if err := someUser(st, id); err != nil {
+			return err
+		}
+		return st.CheckLeaseKeys(id, s.leaseKeys(lease), write)
+	}
+}
+
+// leasesCheck is etcd's check of LeaseLeases: a user, and unless root,
+// read on every key attached to any lease.
+func (s *Server) leasesCheck(st *core.AuthStore, id core.AuthIdentity) error {
+	if err := someUser(st, id); err != nil || st.CheckAdmin(id) == nil {
+		return err
+	}
+	var keys [][]byte
+	s.step(func(n *core.Node) {
+		for _, l := range n.Leases() {
+			if info, err := n.TimeToLive(l, s.clock()); err == nil {
+				keys = append(keys, info.Keys...)
+			}
+		}
+	})
+	return st.CheckLeaseKeys(id, keys, false)
 }

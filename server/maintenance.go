@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/axon-kv/axon/core"
@@ -23,6 +24,9 @@ type maintenanceServer struct {
 }
 
 func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, someUser); err != nil {
+		return nil, toGRPC(err)
+	}
 	c := m.s.committed()
 	m.s.mu.Lock()
 	term := m.s.member.Term()
@@ -65,6 +69,9 @@ type Defragmenter interface {
 // a compaction, this is what shrinks the data below the quota so that the
 // NOSPACE alarm can be disarmed. Service goes on meanwhile.
 func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	if d, ok := m.s.eng.(Defragmenter); ok {
 		start := time.Now()
 		before, _ := m.s.space.used()
@@ -82,19 +89,28 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 	return &pb.DefragmentResponse{Header: m.s.header(0)}, nil
 }
 
-// Alarm lists, raises and disarms alarms. Axon has one, NOSPACE, and it is
-// the cluster's, stored in the engine: it is listed under the member ID
-// of the instance that answers.
+// Alarm lists, raises and disarms alarms. Axon has one, NOSPACE, kept in
+// the engine per member as etcd keys it: by the member ID the request
+// names, 0 included. One raised by a binary that kept no members, or by
+// this one's quota, is listed under the answering instance's ID.
 func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	nospace := &pb.AlarmMember{MemberID: m.s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
+	check := admin
 	if r.Action == pb.AlarmRequest_GET {
-		on, err := m.s.noSpace(ctx)
+		check = someUser
+	}
+	if err := m.s.authorize(ctx, nil, false, check); err != nil {
+		return nil, toGRPC(err)
+	}
+	if r.Action == pb.AlarmRequest_GET {
+		alarmed, err := m.s.alarmed(ctx)
 		if err != nil {
 			return nil, toGRPC(err)
 		}
 		resp := &pb.AlarmResponse{Header: m.s.header(m.s.committed())}
-		if on && (r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE) {
-			resp.Alarms = []*pb.AlarmMember{nospace}
+		if r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE {
+			for _, id := range alarmed {
+				resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: id, Alarm: pb.AlarmType_NOSPACE})
+			}
 		}
 		return resp, nil
 	}
@@ -105,9 +121,11 @@ func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.A
 	}
 	raise := r.Action == pb.AlarmRequest_ACTIVATE
 	return forward(m.s, ctx, func() (*pb.AlarmResponse, error) {
-		was := false
-		m.s.step(func(n *core.Node) { was = n.NoSpace() })
-		resp, err := m.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetNoSpace(id, raise) })
+		var before []uint64
+		if !m.s.step(func(n *core.Node) { before = n.Alarmed() }) {
+			return nil, core.ErrNotLeader
+		}
+		resp, err := m.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetAlarm(id, r.MemberID, raise) })
 		if err != nil {
 			return nil, err
 		}
@@ -116,13 +134,43 @@ func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.A
 			m.s.space.next.Store(0)
 		}
 		out := &pb.AlarmResponse{Header: m.s.header(resp.Rev)}
-		if raise || was {
-			out.Alarms = []*pb.AlarmMember{nospace}
+		if raise || slices.Contains(m.s.alarmMembers(before), r.MemberID) {
+			out.Alarms = []*pb.AlarmMember{{MemberID: r.MemberID, Alarm: pb.AlarmType_NOSPACE}}
 		}
 		return out, nil
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.AlarmResponse, error) {
 		return pb.NewMaintenanceClient(cc).Alarm(ctx, r)
 	})
+}
+
+// alarmed returns the member IDs of the raised NOSPACE alarms: the
+// leader knows them, other instances read them from the engine.
+func (s *Server) alarmed(ctx context.Context) ([]uint64, error) {
+	var ids []uint64
+	if s.step(func(n *core.Node) { ids = n.Alarmed() }) {
+		return s.alarmMembers(ids), nil
+	}
+	txn, err := s.eng.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Rollback()
+	ids, err = core.ReadAlarmed(storage.NewReader(txn))
+	return s.alarmMembers(ids), err
+}
+
+// alarmMembers lists the members of alarms as etcd would: AnyMember's
+// under this instance's ID, each once, in order.
+func (s *Server) alarmMembers(ids []uint64) []uint64 {
+	out := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if id == core.AnyMember {
+			id = s.cfg.MemberID
+		}
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // noSpace reports whether the NOSPACE alarm is raised: the leader knows,
@@ -142,6 +190,9 @@ func (s *Server) noSpace(ctx context.Context) (bool, error) {
 
 // HashKV hashes the history up to a revision, for consistency checks.
 func (m maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	txn, c, compacted, err := m.s.snapshot(ctx, false)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -174,6 +225,9 @@ func (m maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.Has
 
 // MoveLeader hands leadership to another instance (etcdctl move-leader).
 func (m maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
 	return m.s.moveLeader(ctx, r)
 }
 
@@ -185,6 +239,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterMaintenanceServer(g, maintenanceServer{s: s})
 	pb.RegisterClusterServer(g, clusterServer{s: s})
 	pb.RegisterLeaseServer(g, leaseServer{s: s})
+	pb.RegisterAuthServer(g, authServer{s: s})
 	g.RegisterService(&peerServiceDesc, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

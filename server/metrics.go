@@ -193,6 +193,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		streams = math.MaxUint32
 	}
 	opts := []grpc.ServerOption{
+		grpc.Creds(terminatedTLS{count: s.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
@@ -203,7 +204,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
 	}
 	if s.reads != nil {
-		opts = append(opts, grpc.StatsHandler(readStats{s.reads}), grpc.Creds(countingCreds{}))
+		opts = append(opts, grpc.StatsHandler(readStats{s.reads}))
 	}
 	return opts
 }
@@ -212,7 +213,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // adds, so that they read 0 before the first call rather than being absent.
 // It runs once grpcHandling is settled.
 func (m *metrics) initGRPC() {
-	for _, sd := range []*grpc.ServiceDesc{&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc,
+	for _, sd := range []*grpc.ServiceDesc{&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc, &pb.Auth_ServiceDesc,
 		&pb.Maintenance_ServiceDesc, &pb.Cluster_ServiceDesc, &healthpb.Health_ServiceDesc} {
 		for _, md := range sd.Methods {
 			m.initMethod("unary", sd.ServiceName, md.MethodName)

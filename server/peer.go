@@ -135,9 +135,20 @@ func forwarded(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
 }
 
-// forwardContext marks an outgoing call as forwarded.
-func forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+// forwardContext marks an outgoing call as forwarded and passes on who
+// the caller is: its token, which the leader resolves and checks itself,
+// or the user of its client certificate, vouched for with the secret the
+// instances share (see vouch). A client that sets the marker or these
+// headers itself gains nothing: a token and a vouch are signed. A
+// unary call's vouch holds for vouchTTL; a stream's for the stream, whose
+// requests (watch creations, keepalives) are checked as they come.
+func (s *Server) forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, vouchTTL)...)...)
+}
+
+// forwardStreamContext is forwardContext for a proxied stream.
+func (s *Server) forwardStreamContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, 0)...)...)
 }
 
 // refused reports whether an error from the leader means the call was
@@ -196,7 +207,7 @@ func (s *Server) lead(ctx context.Context, local func() (int64, error), remote f
 				done(driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)})
 				return
 			}
-			rev, err := remote(forwardContext(ctx), cc)
+			rev, err := remote(s.forwardContext(ctx), cc)
 			done(driver.Answer{Rev: rev, Err: brokeOff(ctx, err)})
 		},
 		Forwarded: forwarded(ctx),
@@ -287,12 +298,19 @@ func headerRev[T interface{ GetHeader() *pb.ResponseHeader }](out T, err error) 
 // serializable read, uses the last one it learned) and reads the compact
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
-	c, compacted, led := s.drv.ReadPoint()
+	txn, c, compacted, _, err := s.snapshotLed(ctx, serializable)
+	return txn, c, compacted, err
+}
+
+// snapshotLed is snapshot that also says whether this instance led when
+// it took the snapshot.
+func (s *Server) snapshotLed(ctx context.Context, serializable bool) (txn storage.Txn, c, compacted int64, led bool, err error) {
+	c, compacted, led = s.drv.ReadPoint()
 	if !led {
 		var err error
 		if c = s.drv.FollowerPoint(serializable); c == 0 {
 			if c, err = s.readIndex(ctx); err != nil {
-				return nil, 0, 0, err
+				return nil, 0, 0, false, err
 			}
 		}
 	}
@@ -302,17 +320,17 @@ func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, 
 		// got there.
 		bctx = storage.WithLeaderSnapshot(ctx)
 	}
-	txn, err := s.eng.Begin(bctx)
+	txn, err = s.eng.Begin(bctx)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, false, err
 	}
 	if !led {
 		if compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
 			txn.Rollback()
-			return nil, 0, 0, err
+			return nil, 0, 0, false, err
 		}
 	}
-	return txn, c, compacted, nil
+	return txn, c, compacted, led, nil
 }
 
 // HostPort returns the host:port of an http URL (a bare host:port is

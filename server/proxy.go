@@ -6,6 +6,7 @@ import (
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,7 +40,7 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 	if cc == nil {
 		return errStreamMoved // we lead now, or nobody does yet
 	}
-	ctx, cancel := context.WithCancel(forwardContext(down.Context()))
+	ctx, cancel := context.WithCancel(s.forwardStreamContext(down.Context()))
 	defer cancel()
 	up, err := open(ctx, cc)
 	if err != nil {
@@ -69,6 +70,9 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 		if err != nil {
 			if down.Context().Err() != nil {
 				return down.Context().Err()
+			}
+			if leaderRefused(err) {
+				return err
 			}
 			return errStreamMoved
 		}
@@ -115,4 +119,17 @@ func (s *Server) proxyKeepAlive(down pb.Lease_LeaseKeepAliveServer) error {
 	return proxy(s, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse], error) {
 		return pb.NewLeaseClient(cc).LeaseKeepAlive(ctx)
 	})
+}
+
+// leaderRefused reports whether a stream's error is the leader's answer
+// to the client (an auth check of a keepalive failed), to pass on as it
+// is, rather than a broken leg to the leader (anything else).
+func leaderRefused(err error) bool {
+	for _, refusal := range []error{rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrGRPCPermissionDenied, rpctypes.ErrGRPCAuthOldRevision} {
+		if errors.Is(err, refusal) {
+			return true
+		}
+	}
+	return false
 }

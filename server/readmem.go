@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"math"
 	"net"
 	"slices"
@@ -312,6 +313,9 @@ func (c *countingConn) releaseUpTo(w int64) {
 type countingInfo struct {
 	credentials.CommonAuthInfo
 	conn *countingConn
+	// tls is the TLS state of the connection a listener ended, if any
+	// (terminatedTLS).
+	tls *tls.ConnectionState
 }
 
 func (countingInfo) AuthType() string { return "insecure" }

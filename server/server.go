@@ -84,7 +84,12 @@ type Config struct {
 	// its directory): it leads at once instead of waiting out the
 	// lease a previous incarnation left in the election record.
 	Exclusive bool
-	Logger    *slog.Logger
+	// Auth is etcd's auth flags (--auth-token-ttl, --bcrypt-cost).
+	Auth AuthConfig
+	// ClientCertAuth is etcd's --client-cert-auth: with auth on, a call
+	// without a token runs as its client certificate's CommonName.
+	ClientCertAuth bool
+	Logger         *slog.Logger
 }
 
 // DefaultMaxRequestBytes is etcd's default --max-request-bytes.
@@ -145,6 +150,7 @@ type Server struct {
 	space     *space
 	peers     *peers
 	counts    counter
+	auth      authState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -184,6 +190,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		watches: map[core.WatchID]*watchStream{},
 		ctx:     ctx, cancel: cancel,
 	}
+	s.auth.cfg = cfg.Auth.withDefaults()
 	s.member = core.NewMember(core.MemberConfig{
 		ID: s.id, Addr: s.advertised(), Lease: cfg.Lease, RenewEvery: cfg.RenewEvery,
 		MaxDrift: cfg.MaxDrift, EngineDeadline: cfg.EngineDeadline, Exclusive: cfg.Exclusive,
@@ -296,6 +303,7 @@ func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
 
 // roleChanged acts on a change of leadership; called with s.mu held.
 func (s *Server) roleChanged() {
+	s.auth.gen.Add(1) // the auth store may have changed under another leader
 	role := s.member.Role()
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()

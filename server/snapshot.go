@@ -27,6 +27,9 @@ const snapshotChunk = 32 << 10
 // since its size goes in every message.
 func (m maintenanceServer) Snapshot(_ *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
 	ctx := stream.Context()
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return toGRPC(err)
+	}
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "axon-snapshot-")
 	if err != nil {
@@ -93,6 +96,14 @@ func (m maintenanceServer) writeSnapshot(stream pb.Maintenance_SnapshotServer, p
 	}
 	for _, l := range leases {
 		if err := w.Lease(l.ID, l.TTL); err != nil {
+			return 0, err
+		}
+	}
+	// The auth store, in etcd's schema, as of the same snapshot.
+	if st, err := core.ReadAuth(rd); err != nil {
+		return 0, fmt.Errorf("snapshot: %w", err)
+	} else if st != nil {
+		if err := w.Auth(st); err != nil {
 			return 0, err
 		}
 	}

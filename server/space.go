@@ -121,6 +121,6 @@ func (s *Server) checkSpace(ctx context.Context) error {
 		return nil
 	}
 	s.log.Warn("raising the NOSPACE alarm: writes that add data are refused until it is disarmed", "why", why)
-	_, err = s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetNoSpace(id, true) })
+	_, err = s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetAlarm(id, s.cfg.MemberID, true) })
 	return err
 }

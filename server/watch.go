@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
@@ -173,6 +175,9 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 		}
 		switch u := req.RequestUnion.(type) {
 		case *pb.WatchRequest_CreateRequest:
+			if !w.permitted(stream.Context(), ws, u.CreateRequest) {
+				continue
+			}
 			w.create(ws, u.CreateRequest)
 		case *pb.WatchRequest_CancelRequest:
 			w.cancelWatch(ws, u.CancelRequest.WatchId)
@@ -285,4 +290,33 @@ func (w watchServer) progress(ws *watchStream) {
 			ws.enqueue(&pb.WatchResponse{Header: w.s.header(n.Committed()), WatchId: -1})
 		}
 	})
+}
+
+// permitted is etcd's check at a watch's creation: read on its range. A
+// watch that may not be is canceled at once, as etcd's, with the reason
+// of the refusal; nothing checks it again later (nor does etcd).
+func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.WatchCreateRequest) bool {
+	if c == nil {
+		return false
+	}
+	key := c.Key
+	if len(key) == 0 {
+		key = []byte{0} // etcd's smallest key, for an empty one
+	}
+	err := w.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
+		return st.Check(id, key, c.RangeEnd, false)
+	})
+	if err == nil || errors.Is(err, core.ErrNotLeader) {
+		return true // not leading: create ends the stream, the client resumes
+	}
+	// etcd's reason is the whole text of its gRPC error.
+	reason := rpctypes.ErrGRPCPermissionDenied.Error()
+	switch {
+	case errors.Is(err, core.ErrAuthInvalidToken), errors.Is(err, core.ErrAuthOldRevision), errors.Is(err, core.ErrAuthUserEmpty):
+		reason = toGRPC(err).Error()
+	case !errors.Is(err, core.ErrAuthPermissionDenied):
+		w.s.log.Warn("watch permission check", "err", err)
+	}
+	ws.enqueue(&pb.WatchResponse{Header: w.s.header(w.s.committed()), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+	return false
 }

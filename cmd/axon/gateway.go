@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -197,9 +198,35 @@ func serveClient(lis net.Listener, g *grpc.Server, hs *http.Server) error {
 	go hs.Serve(httpL)                   // returns once lis closes
 	go hs.Serve(h1L)                     // returns once lis closes
 	go hs.Serve(settingsAckDropper{h2L}) // returns once lis closes
-	go g.Serve(grpcL)                    // returns once lis closes
+	go g.Serve(tlsStateListener{grpcL})  // returns once lis closes
 	return m.Serve()
 }
+
+// tlsStateListener hands gRPC connections that report the TLS state of
+// the connection cmux sniffed, so that a call can take its client
+// certificate's CommonName as its user (--client-cert-auth).
+type tlsStateListener struct{ net.Listener }
+
+func (l tlsStateListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if mc, ok := c.(*cmux.MuxConn); ok {
+		if tc, ok := mc.Conn.(*tls.Conn); ok {
+			return tlsStateConn{Conn: c, tls: tc}, nil
+		}
+	}
+	return c, nil
+}
+
+// tlsStateConn is a sniffed connection with its TLS state.
+type tlsStateConn struct {
+	net.Conn
+	tls *tls.Conn
+}
+
+func (c tlsStateConn) ConnectionState() tls.ConnectionState { return c.tls.ConnectionState() }
 
 // settingsAckDropper hands out HTTP/2 connections less the client's
 // first SETTINGS acknowledgement: it acknowledges the SETTINGS the gRPC

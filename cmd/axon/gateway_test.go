@@ -67,7 +67,7 @@ var volatile = map[string]bool{
 	"cluster_id": true, "member_id": true, "raft_term": true, "ID": true, "lease": true, "leader": true,
 	"dbSize": true, "dbSizeInUse": true, "dbSizeQuota": true, "raftIndex": true,
 	"raftTerm": true, "raftAppliedIndex": true, "storageVersion": true, "name": true, "peerURLs": true,
-	"clientURLs": true, "TTL": true, "grantedTTL": true,
+	"clientURLs": true, "TTL": true, "grantedTTL": true, "token": true, "hash": true,
 }
 
 // normalize re-renders a JSON body with volatile values as "*" and

@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
@@ -76,6 +77,9 @@ type serveFlags struct {
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
 	tikvMock                                     tikvMockFlags
+	authToken                                    string
+	authTokenTTL                                 uint
+	bcryptCost                                   int
 }
 
 func serveCmd() *cobra.Command {
@@ -119,6 +123,9 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
+	fl.StringVar(&f.authToken, "auth-token", "simple", "kind of auth token: simple (signed by a secret the instances share in the engine; any instance accepts it)")
+	fl.UintVar(&f.authTokenTTL, "auth-token-ttl", 300, "seconds an auth token stays valid after Authenticate")
+	fl.IntVar(&f.bcryptCost, "bcrypt-cost", bcrypt.DefaultCost, fmt.Sprintf("cost of the bcrypt hashes of passwords (%d to %d)", bcrypt.MinCost, bcrypt.MaxCost))
 	fl.BoolVar(&f.upgradeData, "upgrade-data", false, "upgrade a data directory (or TiKV store) of an older format in place before serving; back it up first: older binaries cannot read it afterwards")
 	return cmd
 }
@@ -194,6 +201,9 @@ const shutdownTimeout = 30 * time.Second
 type failedFunc func() error
 
 func serve(ctx context.Context, f serveFlags) (err error) {
+	if err := f.checkAuth(); err != nil {
+		return err
+	}
 	// hardStop ends the process if a shutdown hangs; serve disarms it
 	// when it returns (tests run serve in their own process).
 	var hardStop struct {
@@ -301,6 +311,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
 		ReadMemory: readMemory(f.readMemory, f.memoryBudget), Metrics: f.metrics, MemoryBudget: f.memoryBudget,
+		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
 	}, eng)
 	if err != nil {
 		return err
@@ -547,4 +558,15 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *a
 		s.Metrics().ServeHTTP(w, r)
 	})
 	return mux
+}
+
+// checkAuth refuses auth flags Axon cannot honour.
+func (f serveFlags) checkAuth() error {
+	if kind, _, _ := strings.Cut(f.authToken, ","); kind != "simple" {
+		return fmt.Errorf("--auth-token %q: Axon supports simple tokens only (JWT is not implemented yet)", f.authToken)
+	}
+	if f.bcryptCost < bcrypt.MinCost || f.bcryptCost > bcrypt.MaxCost {
+		return fmt.Errorf("--bcrypt-cost %d: want %d to %d", f.bcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	return nil
 }

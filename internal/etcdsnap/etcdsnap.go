@@ -6,6 +6,7 @@
 package etcdsnap
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -100,6 +101,36 @@ func (w *Writer) Lease(id, ttl int64) error {
 		return w.err
 	}
 	schema.MustUnsafePutLease(w, &leasepb.Lease{ID: id, TTL: ttl})
+	return w.step()
+}
+
+// Auth files the auth store in etcd's schema: the enabled flag and the
+// auth revision in the auth bucket, users and roles in theirs.
+func (w *Writer) Auth(a *core.AuthStore) error {
+	if w.err != nil {
+		return w.err
+	}
+	enabled := []byte{0}
+	if a.Enabled {
+		enabled = []byte{1}
+	}
+	w.UnsafePut(schema.Auth, schema.AuthEnabledKeyName, enabled)
+	w.UnsafePut(schema.Auth, schema.AuthRevisionKeyName, binary.BigEndian.AppendUint64(nil, a.Revision))
+	users, roles := a.ExportAuth()
+	for _, u := range users {
+		b, err := proto.Marshal(u)
+		if err != nil {
+			return fmt.Errorf("etcdsnap: user: %w", err)
+		}
+		w.UnsafePut(schema.AuthUsers, u.Name, b)
+	}
+	for _, r := range roles {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("etcdsnap: role: %w", err)
+		}
+		w.UnsafePut(schema.AuthRoles, r.Name, b)
+	}
 	return w.step()
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -13,8 +14,10 @@ import (
 	"path/filepath"
 
 	"go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/server/v3/lease/leasepb"
+	"go.etcd.io/etcd/server/v3/storage/backend"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
 	"google.golang.org/protobuf/proto"
@@ -114,6 +117,15 @@ func Restore(ctx context.Context, path string, eng storage.Engine, opts RestoreO
 		}
 		if err := w.add(im.Finish(leases)); err != nil {
 			return err
+		}
+		auth, err := readAuth(tx)
+		if err != nil {
+			return err
+		}
+		if auth != nil {
+			if err := w.add(core.AuthRecords(auth)); err != nil {
+				return err
+			}
 		}
 		// The format is recorded last, with the mark's deletion in the
 		// same transaction: until then no binary serves the store.
@@ -327,6 +339,53 @@ func readCompacted(tx *bbolt.Tx) (int64, error) {
 		return 0, fmt.Errorf("etcdsnap: compact revision: %w", err)
 	}
 	return rev.Main, nil
+}
+
+// readAuth reads etcd's auth buckets; nil when auth was never set up.
+func readAuth(tx *bbolt.Tx) (*core.AuthStore, error) {
+	var (
+		enabled bool
+		rev     uint64
+		users   []*authpb.User
+		roles   []*authpb.Role
+	)
+	if b := tx.Bucket(schema.Auth.Name()); b != nil {
+		enabled = bytes.Equal(b.Get(schema.AuthEnabledKeyName), []byte{1})
+		if v := b.Get(schema.AuthRevisionKeyName); len(v) == 8 {
+			rev = binary.BigEndian.Uint64(v)
+		}
+	}
+	for _, each := range []struct {
+		bucket backend.Bucket
+		add    func([]byte) error
+	}{
+		{schema.AuthUsers, func(v []byte) error {
+			u := &authpb.User{}
+			users = append(users, u)
+			return proto.Unmarshal(v, u)
+		}},
+		{schema.AuthRoles, func(v []byte) error {
+			r := &authpb.Role{}
+			roles = append(roles, r)
+			return proto.Unmarshal(v, r)
+		}},
+	} {
+		b := tx.Bucket(each.bucket.Name())
+		if b == nil {
+			continue
+		}
+		if err := b.ForEach(func(_, v []byte) error { return each.add(v) }); err != nil {
+			return nil, fmt.Errorf("etcdsnap: auth record: %w", err)
+		}
+	}
+	if !enabled && len(users) == 0 && len(roles) == 0 {
+		return nil, nil
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	return core.ImportAuth(enabled, rev, users, roles, secret), nil
 }
 
 // readLeases reads the lease bucket.

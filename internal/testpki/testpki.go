@@ -49,11 +49,18 @@ func NewCA(t testing.TB, name string) *CA {
 // and its PEM key.
 func (ca *CA) Issue(t testing.TB, serial int64, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return ca.IssueFor(t, "axon-test", serial, usages...)
+}
+
+// IssueFor is Issue with the subject's CommonName cn (a user, with
+// --client-cert-auth).
+func (ca *CA) IssueFor(t testing.TB, cn string, serial int64, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
 	if len(usages) == 0 {
 		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	key := newKey(t)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "axon-test"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 		ExtKeyUsage: usages, KeyUsage: x509.KeyUsageDigitalSignature}
@@ -123,4 +130,9 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// CertPEM is the CA's certificate in PEM (a trusted-CA file).
+func (ca *CA) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
 }

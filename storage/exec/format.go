@@ -87,3 +87,9 @@ func update(ctx context.Context, eng storage.Engine, fn func(core.Reader) ([]cor
 	}
 	return txn.Commit(ctx)
 }
+
+// Update runs fn in one engine transaction and commits the writes it
+// returns (none: nothing is committed). The auth store changes this way.
+func Update(ctx context.Context, eng storage.Engine, fn func(core.Reader) ([]core.Write, error)) error {
+	return update(ctx, eng, fn)
+}
