@@ -9,6 +9,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,10 +20,11 @@ import (
 )
 
 type benchFlags struct {
-	quick    bool
-	scale    string
-	jsonPath string
-	tikv     tikvBenchFlags
+	quick     bool
+	scale     string
+	memoryMiB int64
+	jsonPath  string
+	tikv      tikvBenchFlags
 }
 
 func benchCmd() *cobra.Command {
@@ -36,7 +39,12 @@ func benchCmd() *cobra.Command {
 fsync on), each in its own process on 127.0.0.1 and a fresh data dir, drives
 both with the same clientv3 workloads and prints one table with the ratios
 Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
---scale 1m adds peak RSS and restart time with one million keys.`,
+--scale 1m adds peak RSS and restart time with one million keys.
+
+--scale lists runs instead the scale scenarios of issue 25, each system in
+a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
+16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create.
+With --quick each scenario takes well under a minute per system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
 	}
@@ -73,7 +81,17 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	fl.StringArrayVar(&o.AxonFlags, "axon-flag", nil, "a flag to add to every axon serve, e.g. --axon-flag=--memory-budget-bytes=268435456 (repeatable)")
 	fl.BoolVar(&o.TLS, "tls", false, "serve both systems' clients over TLS (a self-signed certificate made for the run)")
 	fl.BoolVar(&f.quick, "quick", false, "a smoke configuration of seconds (flags given explicitly still apply)")
-	fl.StringVar(&f.scale, "scale", "", "1m: add memory (peak RSS) and restart with one million keys")
+	fl.StringVar(&f.scale, "scale", "", fmt.Sprintf("1m: add memory (peak RSS) and restart with one million keys; or scale scenarios instead of the workloads, of %v", bench.AllScales))
+	sc := &o.Scale
+	fl.Int64Var(&f.memoryMiB, "memory-limit-mib", sc.MemoryLimit>>20, "scale scenarios: memory cgroup limit of each server in MiB (0: no cgroup)")
+	fl.DurationVar(&sc.Before, "scale-before", sc.Before, "scale scenarios: writes alone before the expensive part (the baseline write p99)")
+	fl.DurationVar(&sc.MaxTime, "scale-time", sc.MaxTime, "scale scenarios: time bound of the expensive part per system")
+	fl.IntVar(&sc.Writers, "scale-writers", sc.Writers, "scale scenarios: concurrent writers")
+	fl.IntVar(&sc.MaxWrites, "scale-max-writes", sc.MaxWrites, "scale scenarios: writes per system (upper bound)")
+	fl.IntVar(&sc.ListObjects, "lists-objects", sc.ListObjects, "lists: objects in the listed prefix")
+	fl.IntVar(&sc.ListObjectSize, "lists-object-size", sc.ListObjectSize, "lists: bytes per object and per write")
+	fl.IntVar(&sc.Listers, "listers", sc.Listers, "lists: concurrent unpaginated lists")
+	fl.IntVar(&sc.ListRounds, "list-rounds", sc.ListRounds, "lists: lists per lister")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd
@@ -99,6 +117,14 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"restart-keys": func(d, s *bench.Options) { d.RestartKeys = s.RestartKeys },
 	"restart-reps": func(d, s *bench.Options) { d.RestartReps = s.RestartReps },
 	"load-clients": func(d, s *bench.Options) { d.LoadClients = s.LoadClients },
+
+	"memory-limit-mib": func(d, s *bench.Options) { d.Scale.MemoryLimit = s.Scale.MemoryLimit },
+	"scale-before":     func(d, s *bench.Options) { d.Scale.Before = s.Scale.Before },
+	"scale-time":       func(d, s *bench.Options) { d.Scale.MaxTime = s.Scale.MaxTime },
+	"scale-writers":    func(d, s *bench.Options) { d.Scale.Writers = s.Scale.Writers },
+	"scale-max-writes": func(d, s *bench.Options) { d.Scale.MaxWrites = s.Scale.MaxWrites },
+	"lists-objects":    func(d, s *bench.Options) { d.Scale.ListObjects = s.Scale.ListObjects },
+	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
@@ -110,12 +136,19 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 			}
 		}
 	}
-	switch f.scale {
-	case "":
-	case "1m":
-		o.Scale1M()
-	default:
-		return fmt.Errorf("--scale %q: want 1m", f.scale)
+	if cmd.Flags().Changed("memory-limit-mib") {
+		o.Scale.MemoryLimit = f.memoryMiB << 20
+	}
+	for s := range strings.SplitSeq(f.scale, ",") {
+		switch {
+		case s == "":
+		case s == "1m":
+			o.Scale1M()
+		case slices.Contains(bench.AllScales, s):
+			o.Scale.Scenarios = append(o.Scale.Scenarios, s)
+		default:
+			return fmt.Errorf("--scale %q: want 1m or some of %v", s, bench.AllScales)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -127,6 +160,13 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	defer stop()
 	if f.tikv.store != "" {
 		return runTiKVBench(ctx, cmd, f, o)
+	}
+	if len(o.Scale.Scenarios) > 0 {
+		rep, err := bench.RunScale(ctx, o)
+		if rep != nil {
+			err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
+		}
+		return err
 	}
 	rep, err := bench.Run(ctx, o)
 	if rep != nil {

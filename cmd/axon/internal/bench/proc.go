@@ -52,8 +52,9 @@ type server struct {
 	bin, dir, logPath     string
 	client, peer, metrics string
 	pprof                 bool
-	tls                   *tlsFiles // nil: plaintext
-	extra                 []string  // more flags of axon serve
+	tls                   *tlsFiles  // nil: plaintext
+	extra                 []string   // more flags of axon serve
+	cg                    *memCgroup // nil: not in a memory cgroup
 
 	cmd    *exec.Cmd
 	logf   *os.File
@@ -91,6 +92,9 @@ func (s *server) start() error {
 		return fmt.Errorf("open server log: %w", err)
 	}
 	cmd := exec.Command(s.bin, s.sys.args(s)...)
+	if s.cg != nil {
+		cmd = s.cg.command(s.bin, s.sys.args(s)...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// A server outliving a killed benchmark would hold its port and disk.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ListsResult is one system's outcome of the expensive-reads scenario.
+type ListsResult struct {
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	fate
+	PreloadSeconds float64 `json:"preload_seconds"`
+	// Seconds is the expensive part: from the first list to the last
+	// list's end, the server's death or the time bound.
+	Seconds float64 `json:"seconds"`
+
+	ListsWanted     int              `json:"lists_wanted"`
+	ListsDone       int              `json:"lists_done"`
+	ListsFailed     int64            `json:"lists_failed"`
+	ListsUnfinished int              `json:"lists_unfinished"` // still running at the time bound
+	ListErrors      map[string]int64 `json:"list_errors,omitempty"`
+	FirstListError  string           `json:"first_list_error,omitempty"`
+	ListP50Ms       float64          `json:"list_p50_ms"`
+	ListP99Ms       float64          `json:"list_p99_ms"`
+
+	// Writes acknowledged during the lists, and their latency; before
+	// the lists, the same writers' p99 alone.
+	Writes           int64            `json:"writes"`
+	WriteP50Ms       float64          `json:"write_p50_ms"`
+	WriteP99Ms       float64          `json:"write_p99_ms"`
+	WriteP99BeforeMs float64          `json:"write_p99_before_ms"`
+	WriteErrors      int64            `json:"write_errors"`
+	WriteErrorCodes  map[string]int64 `json:"write_error_codes,omitempty"`
+	FirstWriteError  string           `json:"first_write_error,omitempty"`
+	ServerCPUSec     float64          `json:"server_cpu_sec"`
+}
+
+// lists is the Kubernetes relist storm: ListObjects objects in one prefix,
+// then Listers clients each reading the whole prefix in one Range (no
+// limit) ListRounds times while Writers clients create keys elsewhere,
+// the server in a memory cgroup of MemoryLimit. A server the kernel
+// kills is an outcome, not an error of the benchmark.
+func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
+	o := r.o.Scale
+	res := &ListsResult{MemoryLimitBytes: o.MemoryLimit, ListsWanted: o.Listers * o.ListRounds}
+	s, release, err := r.cgroupServer("lists")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := r.startReady(ctx, s); err != nil {
+		return nil, err
+	}
+	mem := sampleMemory(s.pid(), 100*time.Millisecond)
+	clis, err := dialN(s, r.o.Conns)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(clis)
+	prefix := "/bench/lists/objects/"
+	r.log.Info("loading", "objects", o.ListObjects, "bytes", o.ListObjectSize)
+	t0 := time.Now()
+	if _, err := r.load(ctx, clis, o.ListObjects, o.ListObjectSize, keyFunc(prefix)); err != nil {
+		if s.running() {
+			return nil, err
+		}
+		r.log.Warn("server died during the preload", "err", err)
+		res.fate, err = r.readFate(s, mem)
+		return res, err
+	}
+	res.PreloadSeconds = time.Since(t0).Seconds()
+	// Listers dial their own connections, as apiservers do: a list must
+	// not queue behind another's response on one HTTP/2 connection.
+	lclis, err := dialN(s, o.Listers)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(lclis)
+
+	cpu0, err := procCPU(s.pid())
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("running lists", "listers", o.Listers, "rounds", o.ListRounds, "writers", o.Writers, "max-time", o.MaxTime)
+	deadline := time.Now().Add(o.Before + o.MaxTime)
+	writes := r.startWrites(ctx, clis, o.Writers, "/bench/lists/writes/", deadline)
+	select {
+	case <-time.After(o.Before):
+	case <-s.exited:
+	case <-ctx.Done():
+	}
+	listStart := time.Since(writes.start)
+	pctx, stop := context.WithDeadline(ctx, deadline)
+	defer stop()
+	var (
+		lat       = make([][]time.Duration, o.Listers)
+		errs      codeTally
+		failed    atomic.Int64
+		cut       atomic.Int64
+		wg        sync.WaitGroup
+		listsDone = make(chan struct{})
+	)
+	for l := range o.Listers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range o.ListRounds {
+				if pctx.Err() != nil {
+					cut.Add(1)
+					continue
+				}
+				t0 := time.Now()
+				n, err := countList(pctx, lclis[l], prefix)
+				switch {
+				case err != nil && pctx.Err() != nil && s.running():
+					cut.Add(1) // the time bound, not the server
+				case err != nil:
+					failed.Add(1)
+					errs.add(err)
+				case n != o.ListObjects:
+					failed.Add(1)
+					errs.add(fmt.Errorf("listed %d objects, want %d", n, o.ListObjects))
+				default:
+					lat[l] = append(lat[l], time.Since(t0))
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(listsDone) }()
+	t1 := time.Now()
+	select {
+	case <-listsDone:
+	case <-s.exited:
+		r.log.Warn("server exited during the lists", "err", s.err)
+		stop()
+		<-listsDone
+	case <-pctx.Done():
+		<-listsDone
+	}
+	res.Seconds = time.Since(t1).Seconds()
+	acks := writes.finish()
+	if cpu1, err := procCPU(s.pid()); err == nil {
+		res.ServerCPUSec = cpu1 - cpu0
+	}
+	if res.fate, err = r.readFate(s, mem); err != nil {
+		return nil, err
+	}
+	all := slices.Concat(lat...)
+	res.ListsDone, res.ListsFailed, res.ListsUnfinished = len(all), failed.Load(), int(cut.Load())
+	res.ListErrors, res.FirstListError = errs.byCode(), errs.first
+	res.ListP50Ms, res.ListP99Ms = p50p99(all)
+	during := latencies(acks, listStart, time.Duration(1<<62))
+	res.Writes = int64(len(during))
+	res.WriteP50Ms, res.WriteP99Ms = p50p99(during)
+	_, res.WriteP99BeforeMs = p50p99(latencies(acks, 0, listStart))
+	res.WriteErrors, res.WriteErrorCodes, res.FirstWriteError = writes.errs.total(), writes.errs.byCode(), writes.errs.first
+	r.log.Info("lists done", "lists", res.ListsDone, "failed", res.ListsFailed, "unfinished", res.ListsUnfinished,
+		"list-p50", fmtMs(res.ListP50Ms), "write-p99", fmtMs(res.WriteP99Ms), "write-errors", res.WriteErrors,
+		"peak-rss", fmtBytes(res.PeakRSSBytes), "oom-kills", res.OOMKills, "exited", res.Exited)
+	return res, nil
+}
+
+// countList reads every key under prefix in one Range, no limit, as a
+// watch cache's relist does, and returns how many came back.
+func countList(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	return len(resp.Kvs), nil
+}

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// metric is one line of a scenario's table: a number per system (ratio
+// Axon/etcd when both are non-zero), or a text where a number says
+// nothing (yes/no, errors by code).
+type metric struct {
+	name string
+	val  func(sys string) float64
+	show func(v float64) string
+	text func(sys string) string // instead of val
+}
+
+// WriteTable writes a table per scenario: a line per metric, a column per
+// system and the ratio Axon/etcd.
+func (rep *ScaleReport) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "disk: 4 KiB write + fdatasync p50 %s, p99 %s; systems one after the other on this machine\n",
+		fmtMs(rep.Fsync.P50Ms), fmtMs(rep.Fsync.P99Ms))
+	o := rep.Options.Scale
+	if len(rep.Lists) > 0 {
+		fmt.Fprintf(w, "\nlists: %s objects of %d B in one prefix; %d clients each list it %d times in one Range (no limit) while %d clients create; each server in a %s memory cgroup; bound %v after %v of writes alone\n",
+			count(o.ListObjects), o.ListObjectSize, o.Listers, o.ListRounds, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before)
+		if err := rep.table(w, listsMetrics(rep.Lists)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rep *ScaleReport) table(w io.Writer, ms []metric) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := append([]string{"metric"}, rep.Systems...)
+	both := len(rep.Systems) == 2 && rep.Systems[0] == "axon" && rep.Systems[1] == "etcd"
+	if both {
+		head = append(head, "axon/etcd")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, m := range ms {
+		cells := []string{m.name}
+		for _, s := range rep.Systems {
+			switch {
+			case m.text != nil:
+				cells = append(cells, m.text(s))
+			default:
+				cells = append(cells, m.show(m.val(s)))
+			}
+		}
+		if both {
+			q := "-"
+			if m.val != nil {
+				q = fmtRatio(div(m.val("axon"), m.val("etcd")))
+			}
+			cells = append(cells, q)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// listsMetrics are the lines of the lists table; a system that did not
+// run shows "-".
+func listsMetrics(res map[string]*ListsResult) []metric {
+	num := func(f func(*ListsResult) float64) func(string) float64 {
+		return func(s string) float64 {
+			if r := res[s]; r != nil {
+				return f(r)
+			}
+			return 0
+		}
+	}
+	text := func(f func(*ListsResult) string) func(string) string {
+		return func(s string) string {
+			if r := res[s]; r != nil {
+				return f(r)
+			}
+			return "-"
+		}
+	}
+	bytes := func(v float64) string { return fmtBytes(int64(v)) }
+	return []metric{
+		{name: "OOM-killed", text: text(func(r *ListsResult) string { return yesNo(r.OOMKills > 0) })},
+		{name: "server exited", text: text(func(r *ListsResult) string { return orDash(r.Exited) })},
+		{name: "peak RSS", val: num(func(r *ListsResult) float64 { return float64(r.PeakRSSBytes) }), show: bytes},
+		{name: "cgroup peak (with page cache)", val: num(func(r *ListsResult) float64 { return float64(r.CgroupPeakBytes) }), show: bytes},
+		{name: "lists done", text: text(func(r *ListsResult) string { return fmt.Sprintf("%d of %d", r.ListsDone, r.ListsWanted) })},
+		{name: "lists failed", text: text(func(r *ListsResult) string { return withCodes(r.ListsFailed, r.ListErrors) })},
+		{name: "lists unfinished at the bound", text: text(func(r *ListsResult) string { return fmt.Sprint(r.ListsUnfinished) })},
+		{name: "list p50", val: num(func(r *ListsResult) float64 { return r.ListP50Ms }), show: fmtMs},
+		{name: "list p99", val: num(func(r *ListsResult) float64 { return r.ListP99Ms }), show: fmtMs},
+		{name: "write p99 before the lists", val: num(func(r *ListsResult) float64 { return r.WriteP99BeforeMs }), show: fmtMs},
+		{name: "writes during the lists", val: num(func(r *ListsResult) float64 { return float64(r.Writes) }), show: fmtCount},
+		{name: "write p50 during the lists", val: num(func(r *ListsResult) float64 { return r.WriteP50Ms }), show: fmtMs},
+		{name: "write p99 during the lists", val: num(func(r *ListsResult) float64 { return r.WriteP99Ms }), show: fmtMs},
+		{name: "write errors", text: text(func(r *ListsResult) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
+		{name: "server CPU-s during the lists", val: num(func(r *ListsResult) float64 { return r.ServerCPUSec }), show: fmtSec},
+		{name: "time of the lists", val: num(func(r *ListsResult) float64 { return r.Seconds }), show: fmtSec},
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "YES"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// withCodes is "n (by code)", or "0".
+func withCodes(n int64, codes map[string]int64) string {
+	if n == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", n, fmtCodes(codes))
+}
+
+func fmtCount(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func fmtLimit(b int64) string {
+	switch {
+	case b == 0:
+		return "no"
+	case b%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", b>>30)
+	}
+	return fmt.Sprintf("%d MiB", b>>20)
+}
