@@ -125,6 +125,7 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"scale-max-writes": func(d, s *bench.Options) { d.Scale.MaxWrites = s.Scale.MaxWrites },
 	"lists-objects":    func(d, s *bench.Options) { d.Scale.ListObjects = s.Scale.ListObjects },
 	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
+	"list-rounds":      func(d, s *bench.Options) { d.Scale.ListRounds = s.Scale.ListRounds },
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {

@@ -23,7 +23,8 @@ type ListsResult struct {
 	ListsWanted     int              `json:"lists_wanted"`
 	ListsDone       int              `json:"lists_done"`
 	ListsFailed     int64            `json:"lists_failed"`
-	ListsUnfinished int              `json:"lists_unfinished"` // still running at the time bound
+	ListsUnfinished int              `json:"lists_unfinished"` // cut by the time bound
+	ListsNotRun     int              `json:"lists_not_run"`    // not begun: the server was gone
 	ListErrors      map[string]int64 `json:"list_errors,omitempty"`
 	FirstListError  string           `json:"first_list_error,omitempty"`
 	ListP50Ms       float64          `json:"list_p50_ms"`
@@ -83,10 +84,6 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	}
 	defer closeAll(lclis)
 
-	cpu0, err := procCPU(s.pid())
-	if err != nil {
-		return nil, err
-	}
 	r.log.Info("running lists", "listers", o.Listers, "rounds", o.ListRounds, "writers", o.Writers, "max-time", o.MaxTime)
 	deadline := time.Now().Add(o.Before + o.MaxTime)
 	writes := r.startWrites(ctx, clis, o.Writers, "/bench/lists/writes/", deadline)
@@ -96,6 +93,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	case <-ctx.Done():
 	}
 	listStart := time.Since(writes.start)
+	cpu0, _ := procCPU(s.pid()) // 0 if the server is gone already
 	pctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
 	var (
@@ -103,6 +101,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 		errs      codeTally
 		failed    atomic.Int64
 		cut       atomic.Int64
+		notRun    atomic.Int64
 		wg        sync.WaitGroup
 		listsDone = make(chan struct{})
 	)
@@ -115,10 +114,14 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 					cut.Add(1)
 					continue
 				}
+				if !s.running() {
+					notRun.Add(1)
+					continue
+				}
 				t0 := time.Now()
 				n, err := countList(pctx, lclis[l], prefix)
 				switch {
-				case err != nil && pctx.Err() != nil && s.running():
+				case err != nil && pctx.Err() != nil:
 					cut.Add(1) // the time bound, not the server
 				case err != nil:
 					failed.Add(1)
@@ -137,22 +140,21 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	select {
 	case <-listsDone:
 	case <-s.exited:
+		// Lists in flight fail as their clients see it; the rest do not
+		// begin.
 		r.log.Warn("server exited during the lists", "err", s.err)
-		stop()
 		<-listsDone
 	case <-pctx.Done():
 		<-listsDone
 	}
 	res.Seconds = time.Since(t1).Seconds()
 	acks := writes.finish()
-	if cpu1, err := procCPU(s.pid()); err == nil {
-		res.ServerCPUSec = cpu1 - cpu0
-	}
 	if res.fate, err = r.readFate(s, mem); err != nil {
 		return nil, err
 	}
+	res.ServerCPUSec = mem.cpuSec() - cpu0
 	all := slices.Concat(lat...)
-	res.ListsDone, res.ListsFailed, res.ListsUnfinished = len(all), failed.Load(), int(cut.Load())
+	res.ListsDone, res.ListsFailed, res.ListsUnfinished, res.ListsNotRun = len(all), failed.Load(), int(cut.Load()), int(notRun.Load())
 	res.ListErrors, res.FirstListError = errs.byCode(), errs.first
 	res.ListP50Ms, res.ListP99Ms = p50p99(all)
 	during := latencies(acks, listStart, time.Duration(1<<62))
@@ -160,7 +162,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	res.WriteP50Ms, res.WriteP99Ms = p50p99(during)
 	_, res.WriteP99BeforeMs = p50p99(latencies(acks, 0, listStart))
 	res.WriteErrors, res.WriteErrorCodes, res.FirstWriteError = writes.errs.total(), writes.errs.byCode(), writes.errs.first
-	r.log.Info("lists done", "lists", res.ListsDone, "failed", res.ListsFailed, "unfinished", res.ListsUnfinished,
+	r.log.Info("lists done", "lists", res.ListsDone, "failed", res.ListsFailed, "unfinished", res.ListsUnfinished, "not-run", res.ListsNotRun,
 		"list-p50", fmtMs(res.ListP50Ms), "write-p99", fmtMs(res.WriteP99Ms), "write-errors", res.WriteErrors,
 		"peak-rss", fmtBytes(res.PeakRSSBytes), "oom-kills", res.OOMKills, "exited", res.Exited)
 	return res, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -73,10 +74,11 @@ func fmtCodes(n map[string]int64) string {
 	return strings.Join(parts, ", ")
 }
 
-// memSampler samples a process's peak RSS (VmHWM) while it lives: the
-// kernel's figure is gone with the process when it is OOM-killed.
+// memSampler samples a process's peak RSS (VmHWM) and CPU time while it
+// lives: the kernel's figures are gone with a process it OOM-kills.
 type memSampler struct {
 	peak atomic.Int64
+	cpu  atomic.Uint64 // float64 bits of the last CPU seconds read
 	stop chan struct{}
 	done chan struct{}
 }
@@ -86,6 +88,9 @@ func sampleMemory(pid int, every time.Duration) *memSampler {
 	read := func() {
 		if v, err := procPeakRSS(pid); err == nil {
 			m.peak.Store(max(m.peak.Load(), v))
+		}
+		if c, err := procCPU(pid); err == nil {
+			m.cpu.Store(math.Float64bits(c))
 		}
 	}
 	read()
@@ -117,6 +122,9 @@ func (m *memSampler) finish() int64 {
 	return m.peak.Load()
 }
 
+// cpuSec is the server's CPU seconds at the last sample.
+func (m *memSampler) cpuSec() float64 { return math.Float64frombits(m.cpu.Load()) }
+
 // ack is one acknowledged write: when it was sent, counted from the
 // load's start, and how long it took.
 type ack struct{ at, took time.Duration }
@@ -128,6 +136,7 @@ type writeLoad struct {
 	start  time.Time
 	acks   [][]ack // per writer
 	errs   codeTally
+	halt   atomic.Bool // no more sends; those in flight finish
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -145,7 +154,7 @@ func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int
 			wk := newWorker(2<<20+g, r.o.Scale.ListObjectSize)
 			cli := clis[g%len(clis)]
 			key := keyFunc(fmt.Sprintf("%sw%d/", prefix, g))
-			for i := 0; ctx.Err() == nil && next.Add(1) <= int64(r.o.Scale.MaxWrites); i++ {
+			for i := 0; ctx.Err() == nil && !w.halt.Load() && next.Add(1) <= int64(r.o.Scale.MaxWrites); i++ {
 				octx, c := context.WithTimeout(ctx, r.o.OpTimeout)
 				t0 := time.Now()
 				k := key(i)
@@ -169,10 +178,13 @@ func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int
 	return w
 }
 
-// finish stops the writers and returns every ack, in send order.
+// finish stops the writers and returns every ack, in send order. Writes
+// in flight end on their own, so that those a dying server drops count
+// as the errors their clients saw.
 func (w *writeLoad) finish() []ack {
-	w.cancel()
+	w.halt.Store(true)
 	w.wg.Wait()
+	w.cancel()
 	all := slices.Concat(w.acks...)
 	slices.SortFunc(all, func(a, b ack) int { return int(a.at - b.at) })
 	return all

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+)
+
+// runScaleQuick runs `axon bench --scale <scenario> --quick` on both
+// systems and returns its report and table.
+func runScaleQuick(t *testing.T, scenario string) (*bench.ScaleReport, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary and runs two servers")
+	}
+	if !bench.CgroupAvailable() {
+		t.Skip("needs root and a cgroup memory controller")
+	}
+	bin := buildAxon(t)
+	out := filepath.Join(t.TempDir(), "scale.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--scale", scenario, "--quick", "--json", out, "--work-dir", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("bench --scale %s --quick took %v\n%s", scenario, time.Since(t0).Round(time.Millisecond), stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.ScaleReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("results JSON: %v", err)
+	}
+	return &rep, stdout.String()
+}
+
+// TestScaleListsQuickIsSane runs the expensive-reads scenario scaled down
+// and checks that each system's outcome adds up: every list is done,
+// failed or unfinished; a server that lived served every list and write;
+// one that died was killed by the kernel, and the report says so.
+func TestScaleListsQuickIsSane(t *testing.T) {
+	rep, table := runScaleQuick(t, bench.ScaleLists)
+	q := bench.QuickScale()
+	for _, sys := range []string{"axon", "etcd"} {
+		r := rep.Lists[sys]
+		if r == nil {
+			t.Fatalf("no lists result for %s", sys)
+		}
+		if r.MemoryLimitBytes != q.MemoryLimit || r.ListsWanted != q.Listers*q.ListRounds {
+			t.Errorf("%s: limit %d, %d lists wanted; want %d, %d", sys, r.MemoryLimitBytes, r.ListsWanted, q.MemoryLimit, q.Listers*q.ListRounds)
+		}
+		if got := int64(r.ListsDone) + r.ListsFailed + int64(r.ListsUnfinished) + int64(r.ListsNotRun); got != int64(r.ListsWanted) {
+			t.Errorf("%s: %d done + %d failed + %d unfinished + %d not run != %d wanted", sys, r.ListsDone, r.ListsFailed, r.ListsUnfinished, r.ListsNotRun, r.ListsWanted)
+		}
+		if r.PeakRSSBytes <= 0 || r.CgroupPeakBytes <= 0 || r.CgroupPeakBytes > 2*q.MemoryLimit {
+			t.Errorf("%s: peak RSS %d, cgroup peak %d", sys, r.PeakRSSBytes, r.CgroupPeakBytes)
+		}
+		if r.Exited != "" {
+			if r.OOMKills == 0 {
+				t.Errorf("%s exited (%s) without an OOM kill", sys, r.Exited)
+			}
+			continue
+		}
+		if r.OOMKills != 0 || r.ListsDone != r.ListsWanted || r.WriteErrors != 0 {
+			t.Errorf("%s lived: %d OOM kills, %d of %d lists, %d write errors (first: %s %s)", sys, r.OOMKills, r.ListsDone, r.ListsWanted,
+				r.WriteErrors, r.FirstListError, r.FirstWriteError)
+		}
+		if r.Writes == 0 || r.WriteP99Ms <= 0 || r.ListP50Ms <= 0 || r.ListP99Ms < r.ListP50Ms {
+			t.Errorf("%s: %d writes, write p99 %v ms, list p50 %v p99 %v ms", sys, r.Writes, r.WriteP99Ms, r.ListP50Ms, r.ListP99Ms)
+		}
+	}
+	for _, want := range []string{"OOM-killed", "lists done", "write p99 during the lists", "axon/etcd"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
