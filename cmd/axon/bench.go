@@ -43,7 +43,9 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 
 --scale lists runs instead the scale scenarios of issue 25, each system in
 a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
-16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create.
+16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create;
+storm is 5,000 clients connecting at once, each listing and watching its
+namespace, while 64 clients create in the namespaces.
 With --quick each scenario takes well under a minute per system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
@@ -92,6 +94,8 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.ListObjectSize, "lists-object-size", sc.ListObjectSize, "lists: bytes per object and per write")
 	fl.IntVar(&sc.Listers, "listers", sc.Listers, "lists: concurrent unpaginated lists")
 	fl.IntVar(&sc.ListRounds, "list-rounds", sc.ListRounds, "lists: lists per lister")
+	fl.IntVar(&sc.StormClients, "storm-clients", sc.StormClients, "storm: clients that connect at once")
+	fl.IntVar(&sc.StormObjects, "storm-objects", sc.StormObjects, "storm: objects in each client's namespace")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd
@@ -126,6 +130,7 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"lists-objects":    func(d, s *bench.Options) { d.Scale.ListObjects = s.Scale.ListObjects },
 	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
 	"list-rounds":      func(d, s *bench.Options) { d.Scale.ListRounds = s.Scale.ListRounds },
+	"storm-clients":    func(d, s *bench.Options) { d.Scale.StormClients = s.Scale.StormClients },
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {

@@ -88,3 +88,39 @@ func TestScaleListsQuickIsSane(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleStormQuickIsSane runs the reconnect storm scaled down. A server
+// that lives must take every client, and every watcher must get every
+// event acknowledged in its namespace after its list: a missing one is a
+// lost event, whatever the load.
+func TestScaleStormQuickIsSane(t *testing.T) {
+	rep, table := runScaleQuick(t, bench.ScaleStorm)
+	q := bench.QuickScale()
+	for _, sys := range []string{"axon", "etcd"} {
+		r := rep.Storm[sys]
+		if r == nil {
+			t.Fatalf("no storm result for %s", sys)
+		}
+		if r.Clients != q.StormClients || r.PeakRSSBytes <= 0 || r.WriteP99BeforeMs <= 0 {
+			t.Errorf("%s: %d clients, peak RSS %d, write p99 before %v ms", sys, r.Clients, r.PeakRSSBytes, r.WriteP99BeforeMs)
+		}
+		if r.Exited != "" {
+			if r.OOMKills == 0 {
+				t.Errorf("%s exited (%s) without an OOM kill", sys, r.Exited)
+			}
+			continue
+		}
+		if r.Ready != r.Clients || r.WatchersComplete != r.Clients || r.EventsMissing != 0 || r.EventsExpected == 0 {
+			t.Errorf("%s: %d of %d clients ready, %d complete, %d of %d events missing (first error: %s)", sys, r.Ready, r.Clients,
+				r.WatchersComplete, r.EventsMissing, r.EventsExpected, r.FirstError)
+		}
+		if r.Writes == 0 || r.WorstWindowP99Ms <= 0 || r.RecoverySeconds < 0 {
+			t.Errorf("%s: %d writes, worst window p99 %v ms, recovery %v s", sys, r.Writes, r.WorstWindowP99Ms, r.RecoverySeconds)
+		}
+	}
+	for _, want := range []string{"clients listing and watching", "watchers with every event", "write p99 back within 1.5x after"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}

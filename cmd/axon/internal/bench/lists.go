@@ -86,7 +86,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 
 	r.log.Info("running lists", "listers", o.Listers, "rounds", o.ListRounds, "writers", o.Writers, "max-time", o.MaxTime)
 	deadline := time.Now().Add(o.Before + o.MaxTime)
-	writes := r.startWrites(ctx, clis, o.Writers, "/bench/lists/writes/", deadline)
+	writes := r.startWrites(ctx, clis, o.Writers, func(g, i int) string { return fmt.Sprintf("/bench/lists/writes/%d/%08d", g, i) }, deadline)
 	select {
 	case <-time.After(o.Before):
 	case <-s.exited:
@@ -121,6 +121,9 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 				t0 := time.Now()
 				n, err := countList(pctx, lclis[l], prefix)
 				switch {
+				case err != nil && !s.running():
+					failed.Add(1)
+					errs.addAt(serverGone, err)
 				case err != nil && pctx.Err() != nil:
 					cut.Add(1) // the time bound, not the server
 				case err != nil:
@@ -140,9 +143,10 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	select {
 	case <-listsDone:
 	case <-s.exited:
-		// Lists in flight fail as their clients see it; the rest do not
-		// begin.
+		// The client retries a list in flight until its deadline; it has
+		// failed. The rest do not begin.
 		r.log.Warn("server exited during the lists", "err", s.err)
+		stop()
 		<-listsDone
 	case <-pctx.Done():
 		<-listsDone

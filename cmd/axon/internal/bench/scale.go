@@ -13,10 +13,11 @@ import (
 // Scale scenarios (issue 25): where etcd is known to break.
 const (
 	ScaleLists = "lists" // unpaginated LISTs of a large prefix under writes, in a memory cgroup
+	ScaleStorm = "storm" // thousands of clients reconnect at once: list, then watch
 )
 
 // AllScales lists the scale scenarios in run order.
-var AllScales = []string{ScaleLists}
+var AllScales = []string{ScaleLists, ScaleStorm}
 
 // ScaleOptions configures the scale scenarios; Options.Scale holds them.
 type ScaleOptions struct {
@@ -105,6 +106,7 @@ type ScaleReport struct {
 	Fsync     FsyncLatency `json:"fsync"`
 
 	Lists map[string]*ListsResult `json:"lists,omitempty"`
+	Storm map[string]*StormResult `json:"storm,omitempty"`
 }
 
 // RunScale runs o.Scale's scenarios on each system in turn, one system
@@ -121,7 +123,7 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &ScaleReport{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, Systems: o.Systems,
-		Lists: map[string]*ListsResult{}}
+		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}}
 	done := func(err error) (*ScaleReport, error) {
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
@@ -146,6 +148,8 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 			switch sc {
 			case ScaleLists:
 				rep.Lists[name], err = r.lists(ctx)
+			case ScaleStorm:
+				rep.Storm[name], err = r.storm(ctx)
 			}
 			if cerr := r.cleanup(); err == nil {
 				err = cerr

@@ -30,6 +30,13 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if len(rep.Storm) > 0 {
+		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; each server in a %s memory cgroup; bound %v, %v of writes before and after\n",
+			o.StormClients, o.StormObjects, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before)
+		if err := rep.table(w, stormMetrics(rep.Storm)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -63,45 +70,71 @@ func (rep *ScaleReport) table(w io.Writer, ms []metric) error {
 	return tw.Flush()
 }
 
-// listsMetrics are the lines of the lists table; a system that did not
-// run shows "-".
-func listsMetrics(res map[string]*ListsResult) []metric {
-	num := func(f func(*ListsResult) float64) func(string) float64 {
-		return func(s string) float64 {
-			if r := res[s]; r != nil {
-				return f(r)
-			}
-			return 0
+// num reads a figure of each system's result; 0 for one that did not run.
+func num[T any](res map[string]*T, f func(*T) float64) func(string) float64 {
+	return func(s string) float64 {
+		if r := res[s]; r != nil {
+			return f(r)
 		}
+		return 0
 	}
-	text := func(f func(*ListsResult) string) func(string) string {
-		return func(s string) string {
-			if r := res[s]; r != nil {
-				return f(r)
-			}
-			return "-"
+}
+
+// text renders a non-numeric line; "-" for a system that did not run.
+func text[T any](res map[string]*T, f func(*T) string) func(string) string {
+	return func(s string) string {
+		if r := res[s]; r != nil {
+			return f(r)
 		}
+		return "-"
 	}
-	bytes := func(v float64) string { return fmtBytes(int64(v)) }
+}
+
+func showBytes(v float64) string { return fmtBytes(int64(v)) }
+
+// fateMetrics are the lines every cgroup scenario starts with.
+func fateMetrics[T any](res map[string]*T, f func(*T) fate) []metric {
 	return []metric{
-		{name: "OOM-killed", text: text(func(r *ListsResult) string { return yesNo(r.OOMKills > 0) })},
-		{name: "server exited", text: text(func(r *ListsResult) string { return orDash(r.Exited) })},
-		{name: "peak RSS", val: num(func(r *ListsResult) float64 { return float64(r.PeakRSSBytes) }), show: bytes},
-		{name: "cgroup peak (with page cache)", val: num(func(r *ListsResult) float64 { return float64(r.CgroupPeakBytes) }), show: bytes},
-		{name: "lists done", text: text(func(r *ListsResult) string { return fmt.Sprintf("%d of %d", r.ListsDone, r.ListsWanted) })},
-		{name: "lists failed", text: text(func(r *ListsResult) string { return withCodes(r.ListsFailed, r.ListErrors) })},
-		{name: "lists cut by the time bound", text: text(func(r *ListsResult) string { return fmt.Sprint(r.ListsUnfinished) })},
-		{name: "lists not begun (server gone)", text: text(func(r *ListsResult) string { return fmt.Sprint(r.ListsNotRun) })},
-		{name: "list p50", val: num(func(r *ListsResult) float64 { return r.ListP50Ms }), show: fmtMs},
-		{name: "list p99", val: num(func(r *ListsResult) float64 { return r.ListP99Ms }), show: fmtMs},
-		{name: "write p99 before the lists", val: num(func(r *ListsResult) float64 { return r.WriteP99BeforeMs }), show: fmtMs},
-		{name: "writes during the lists", val: num(func(r *ListsResult) float64 { return float64(r.Writes) }), show: fmtCount},
-		{name: "write p50 during the lists", val: num(func(r *ListsResult) float64 { return r.WriteP50Ms }), show: fmtMs},
-		{name: "write p99 during the lists", val: num(func(r *ListsResult) float64 { return r.WriteP99Ms }), show: fmtMs},
-		{name: "write errors", text: text(func(r *ListsResult) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
-		{name: "server CPU-s during the lists", val: num(func(r *ListsResult) float64 { return r.ServerCPUSec }), show: fmtSec},
-		{name: "time of the lists", val: num(func(r *ListsResult) float64 { return r.Seconds }), show: fmtSec},
+		{name: "OOM-killed", text: text(res, func(r *T) string { return yesNo(f(r).OOMKills > 0) })},
+		{name: "server exited", text: text(res, func(r *T) string { return orDash(f(r).Exited) })},
+		{name: "peak RSS", val: num(res, func(r *T) float64 { return float64(f(r).PeakRSSBytes) }), show: showBytes},
+		{name: "cgroup peak (with page cache)", val: num(res, func(r *T) float64 { return float64(f(r).CgroupPeakBytes) }), show: showBytes},
 	}
+}
+
+func listsMetrics(res map[string]*ListsResult) []metric {
+	type R = ListsResult
+	return append(fateMetrics(res, func(r *R) fate { return r.fate }), []metric{
+		{name: "lists done", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.ListsDone, r.ListsWanted) })},
+		{name: "lists failed", text: text(res, func(r *R) string { return withCodes(r.ListsFailed, r.ListErrors) })},
+		{name: "lists cut by the time bound", text: text(res, func(r *R) string { return fmt.Sprint(r.ListsUnfinished) })},
+		{name: "lists not begun (server gone)", text: text(res, func(r *R) string { return fmt.Sprint(r.ListsNotRun) })},
+		{name: "list p50", val: num(res, func(r *R) float64 { return r.ListP50Ms }), show: fmtMs},
+		{name: "list p99", val: num(res, func(r *R) float64 { return r.ListP99Ms }), show: fmtMs},
+		{name: "write p99 before the lists", val: num(res, func(r *R) float64 { return r.WriteP99BeforeMs }), show: fmtMs},
+		{name: "writes during the lists", val: num(res, func(r *R) float64 { return float64(r.Writes) }), show: fmtCount},
+		{name: "write p50 during the lists", val: num(res, func(r *R) float64 { return r.WriteP50Ms }), show: fmtMs},
+		{name: "write p99 during the lists", val: num(res, func(r *R) float64 { return r.WriteP99Ms }), show: fmtMs},
+		{name: "write errors", text: text(res, func(r *R) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
+		{name: "server CPU-s during the lists", val: num(res, func(r *R) float64 { return r.ServerCPUSec }), show: fmtSec},
+		{name: "time of the lists", val: num(res, func(r *R) float64 { return r.Seconds }), show: fmtSec},
+	}...)
+}
+
+func stormMetrics(res map[string]*StormResult) []metric {
+	type R = StormResult
+	return append(fateMetrics(res, func(r *R) fate { return r.fate }), []metric{
+		{name: "clients listing and watching", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.Ready, r.Clients) })},
+		{name: "time until the last was", val: num(res, func(r *R) float64 { return r.ReadySeconds }), show: fmtSec},
+		{name: "storm errors", text: text(res, func(r *R) string { return withCodes(r.ErrorsTotal, r.Errors) })},
+		{name: "write p99 before the storm", val: num(res, func(r *R) float64 { return r.WriteP99BeforeMs }), show: fmtMs},
+		{name: "worst 1 s write p99 after", val: num(res, func(r *R) float64 { return r.WorstWindowP99Ms }), show: fmtMs},
+		{name: "write p99 back within 1.5x after", val: num(res, func(r *R) float64 { return r.RecoverySeconds }), show: fmtSec},
+		{name: "writes from the storm on", val: num(res, func(r *R) float64 { return float64(r.Writes) }), show: fmtCount},
+		{name: "write errors", text: text(res, func(r *R) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
+		{name: "watchers with every event", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.WatchersComplete, r.Clients) })},
+		{name: "events missing", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.EventsMissing, r.EventsExpected) })},
+	}...)
 }
 
 func yesNo(b bool) string {

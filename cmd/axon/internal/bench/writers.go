@@ -33,6 +33,9 @@ func grpcCode(err error) codes.Code {
 	return status.Code(err)
 }
 
+// serverGone labels the errors of requests the server died under.
+const serverGone = "server gone"
+
 // codeTally counts errors by gRPC code and keeps the first one's text.
 type codeTally struct {
 	mu    sync.Mutex
@@ -40,13 +43,21 @@ type codeTally struct {
 	first string
 }
 
-func (t *codeTally) add(err error) {
+func (t *codeTally) add(err error) { t.addAt("", err) }
+
+// addAt counts err under "step code".
+func (t *codeTally) addAt(step string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n == nil {
 		t.n = map[string]int64{}
 	}
-	t.n[grpcCode(err).String()]++
+	key := grpcCode(err).String()
+	if step != "" {
+		key = step + " " + key
+		err = fmt.Errorf("%s: %w", step, err)
+	}
+	t.n[key]++
 	if t.first == "" {
 		t.first = err.Error()
 	}
@@ -126,8 +137,12 @@ func (m *memSampler) finish() int64 {
 func (m *memSampler) cpuSec() float64 { return math.Float64frombits(m.cpu.Load()) }
 
 // ack is one acknowledged write: when it was sent, counted from the
-// load's start, and how long it took.
-type ack struct{ at, took time.Duration }
+// load's start, how long it took, and what it wrote at which revision.
+type ack struct {
+	at, took time.Duration
+	key      string
+	rev      int64
+}
 
 // writeLoad is clients creating fresh keys under a prefix (the
 // apiserver's create: Txn If ModRevision(k)==0 Then Put) until stopped,
@@ -141,9 +156,9 @@ type writeLoad struct {
 	wg     sync.WaitGroup
 }
 
-// startWrites starts n writers on clis, each its own sequence of keys
-// under prefix so that no two compete for one.
-func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int, prefix string, deadline time.Time) *writeLoad {
+// startWrites starts n writers on clis; writer g's write i creates
+// key(g, i), which must be new.
+func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int, key func(g, i int) string, deadline time.Time) *writeLoad {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	w := &writeLoad{start: time.Now(), acks: make([][]ack, n), cancel: cancel}
 	var next atomic.Int64
@@ -153,12 +168,11 @@ func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int
 			defer w.wg.Done()
 			wk := newWorker(2<<20+g, r.o.Scale.ListObjectSize)
 			cli := clis[g%len(clis)]
-			key := keyFunc(fmt.Sprintf("%sw%d/", prefix, g))
 			for i := 0; ctx.Err() == nil && !w.halt.Load() && next.Add(1) <= int64(r.o.Scale.MaxWrites); i++ {
 				octx, c := context.WithTimeout(ctx, r.o.OpTimeout)
 				t0 := time.Now()
-				k := key(i)
-				conflict, err := cas(octx, cli, k, 0, clientv3.OpPut(k, wk.value()))
+				k := key(g, i)
+				resp, err := cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).Then(clientv3.OpPut(k, wk.value())).Commit()
 				took := time.Since(t0)
 				c()
 				switch {
@@ -167,10 +181,10 @@ func (r *runner) startWrites(ctx context.Context, clis []*clientv3.Client, n int
 				case err != nil:
 					w.errs.add(err)
 					time.Sleep(10 * time.Millisecond) // a dead server answers at once
-				case conflict:
+				case !resp.Succeeded:
 					w.errs.add(fmt.Errorf("%s exists already", k))
 				default:
-					w.acks[g] = append(w.acks[g], ack{at: t0.Sub(w.start), took: took})
+					w.acks[g] = append(w.acks[g], ack{at: t0.Sub(w.start), took: took, key: k, rev: resp.Header.Revision})
 				}
 			}
 		}()
