@@ -110,12 +110,12 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 		go func() {
 			defer wg.Done()
 			for range o.ListRounds {
-				if pctx.Err() != nil {
-					cut.Add(1)
-					continue
-				}
 				if !s.running() {
 					notRun.Add(1)
+					continue
+				}
+				if pctx.Err() != nil {
+					cut.Add(1)
 					continue
 				}
 				t0 := time.Now()
