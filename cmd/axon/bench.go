@@ -45,7 +45,9 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
 16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create;
 storm is 5,000 clients connecting at once, each listing and watching its
-namespace, while 64 clients create in the namespaces.
+namespace, while 64 clients create in the namespaces; churn is 30 minutes of
+create/update/delete over 100,000 objects with a compaction every 5 minutes,
+then a defragmentation under the same writes.
 With --quick each scenario takes well under a minute per system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
@@ -96,6 +98,9 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.ListRounds, "list-rounds", sc.ListRounds, "lists: lists per lister")
 	fl.IntVar(&sc.StormClients, "storm-clients", sc.StormClients, "storm: clients that connect at once")
 	fl.IntVar(&sc.StormObjects, "storm-objects", sc.StormObjects, "storm: objects in each client's namespace")
+	fl.IntVar(&sc.ChurnObjects, "churn-objects", sc.ChurnObjects, "churn: objects churned")
+	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
+	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd
@@ -131,6 +136,9 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
 	"list-rounds":      func(d, s *bench.Options) { d.Scale.ListRounds = s.Scale.ListRounds },
 	"storm-clients":    func(d, s *bench.Options) { d.Scale.StormClients = s.Scale.StormClients },
+	"churn-objects":    func(d, s *bench.Options) { d.Scale.ChurnObjects = s.Scale.ChurnObjects },
+	"churn-time":       func(d, s *bench.Options) { d.Scale.ChurnTime = s.Scale.ChurnTime },
+	"churn-window":     func(d, s *bench.Options) { d.Scale.ChurnWindow = s.Scale.ChurnWindow },
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {

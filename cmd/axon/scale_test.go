@@ -124,3 +124,43 @@ func TestScaleStormQuickIsSane(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleChurnQuickIsSane runs the churn scaled down: a window per
+// compaction interval, each with writes and a disk size, and a
+// defragmentation under the writes that neither fails nor fails them.
+func TestScaleChurnQuickIsSane(t *testing.T) {
+	rep, table := runScaleQuick(t, bench.ScaleChurn)
+	q := bench.QuickScale()
+	for _, sys := range []string{"axon", "etcd"} {
+		r := rep.Churn[sys]
+		if r == nil {
+			t.Fatalf("no churn result for %s", sys)
+		}
+		if r.Exited != "" {
+			if r.OOMKills == 0 {
+				t.Errorf("%s exited (%s) without an OOM kill", sys, r.Exited)
+			}
+			continue
+		}
+		if want := int(q.ChurnTime / q.ChurnWindow); len(r.Windows) != want {
+			t.Fatalf("%s: %d windows, want %d", sys, len(r.Windows), want)
+		}
+		for i, w := range r.Windows {
+			if w.Ops == 0 || w.P99Ms <= 0 || w.DiskBytes <= 0 {
+				t.Errorf("%s window %d: %+v", sys, i+1, w)
+			}
+		}
+		if r.Errors != 0 || r.DefragError != "" || r.DefragErrors != 0 || r.DefragSeconds <= 0 || r.DiskBytesAfter <= 0 {
+			t.Errorf("%s: %d churn errors (first: %s), defrag %v s error %q, %d write errors during it, %d bytes after", sys, r.Errors, r.FirstError,
+				r.DefragSeconds, r.DefragError, r.DefragErrors, r.DiskBytesAfter)
+		}
+		if r.LongestStallMs < r.DefragP99Ms {
+			t.Errorf("%s: the longest write overlapping the defragmentation (%v ms) is shorter than their p99 (%v ms)", sys, r.LongestStallMs, r.DefragP99Ms)
+		}
+	}
+	for _, want := range []string{"window 3: write p99", "defragmentation took", "longest write overlapping it"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}

@@ -123,7 +123,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 				switch {
 				case err != nil && !s.running():
 					failed.Add(1)
-					errs.addAt(serverGone, err)
+					errs.addKey(serverGone, err) // its code is the cancel's
 				case err != nil && pctx.Err() != nil:
 					cut.Add(1) // the time bound, not the server
 				case err != nil:

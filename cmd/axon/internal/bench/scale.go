@@ -14,10 +14,11 @@ import (
 const (
 	ScaleLists = "lists" // unpaginated LISTs of a large prefix under writes, in a memory cgroup
 	ScaleStorm = "storm" // thousands of clients reconnect at once: list, then watch
+	ScaleChurn = "churn" // long create/update/delete with compactions, then a defragmentation
 )
 
 // AllScales lists the scale scenarios in run order.
-var AllScales = []string{ScaleLists, ScaleStorm}
+var AllScales = []string{ScaleLists, ScaleStorm, ScaleChurn}
 
 // ScaleOptions configures the scale scenarios; Options.Scale holds them.
 type ScaleOptions struct {
@@ -43,6 +44,10 @@ type ScaleOptions struct {
 
 	StormClients int // clients that connect at once
 	StormObjects int // objects in each client's namespace
+
+	ChurnObjects int           // objects churned
+	ChurnTime    time.Duration // how long, before the defragmentation
+	ChurnWindow  time.Duration // compaction interval, and the window of the figures
 }
 
 // DefaultScale is the full configuration, as issue 25 states it.
@@ -59,6 +64,9 @@ func DefaultScale() ScaleOptions {
 		ListRounds:     2,
 		StormClients:   5000,
 		StormObjects:   10,
+		ChurnObjects:   100000,
+		ChurnTime:      30 * time.Minute,
+		ChurnWindow:    5 * time.Minute,
 	}
 }
 
@@ -74,6 +82,9 @@ func QuickScale() ScaleOptions {
 	o.Listers = 4
 	o.ListRounds = 5
 	o.StormClients = 200
+	o.ChurnObjects = 3000
+	o.ChurnTime = 15 * time.Second
+	o.ChurnWindow = 5 * time.Second
 	return o
 }
 
@@ -86,8 +97,9 @@ func (o *ScaleOptions) validate() error {
 	if o.MemoryLimit < 0 || o.Before < 0 || o.MaxTime <= 0 || o.Writers < 1 || o.MaxWrites < 1 {
 		return fmt.Errorf("scale: memory limit and time before must not be negative; max time, writers and max writes must be positive")
 	}
-	if o.ListObjects < 1 || o.ListObjectSize < 1 || o.Listers < 1 || o.ListRounds < 1 || o.StormClients < 1 || o.StormObjects < 1 {
-		return fmt.Errorf("scale: list objects, object size, listers, rounds, storm clients and objects must be positive")
+	if o.ListObjects < 1 || o.ListObjectSize < 1 || o.Listers < 1 || o.ListRounds < 1 || o.StormClients < 1 || o.StormObjects < 1 ||
+		o.ChurnObjects < 1 || o.ChurnWindow <= 0 || o.ChurnTime < o.ChurnWindow {
+		return fmt.Errorf("scale: list objects, object size, listers, rounds, storm clients and objects, churn objects and window must be positive; churn time at least a window")
 	}
 	if o.MemoryLimit > 0 && !CgroupAvailable() {
 		return fmt.Errorf("scale: a %d MiB limit needs a memory cgroup: %w (or give a limit of 0)", o.MemoryLimit>>20, ErrNoCgroup)
@@ -107,6 +119,7 @@ type ScaleReport struct {
 
 	Lists map[string]*ListsResult `json:"lists,omitempty"`
 	Storm map[string]*StormResult `json:"storm,omitempty"`
+	Churn map[string]*ChurnResult `json:"churn,omitempty"`
 }
 
 // RunScale runs o.Scale's scenarios on each system in turn, one system
@@ -123,7 +136,7 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &ScaleReport{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, Systems: o.Systems,
-		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}}
+		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}, Churn: map[string]*ChurnResult{}}
 	done := func(err error) (*ScaleReport, error) {
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
@@ -150,6 +163,8 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 				rep.Lists[name], err = r.lists(ctx)
 			case ScaleStorm:
 				rep.Storm[name], err = r.storm(ctx)
+			case ScaleChurn:
+				rep.Churn[name], err = r.churn(ctx)
 			}
 			if cerr := r.cleanup(); err == nil {
 				err = cerr

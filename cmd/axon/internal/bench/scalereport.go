@@ -37,6 +37,13 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if len(rep.Churn) > 0 {
+		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; each server in a %s memory cgroup\n",
+			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, fmtLimit(o.MemoryLimit))
+		if err := rep.table(w, churnMetrics(rep.Churn)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -134,6 +141,41 @@ func stormMetrics(res map[string]*StormResult) []metric {
 		{name: "write errors", text: text(res, func(r *R) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
 		{name: "watchers with every event", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.WatchersComplete, r.Clients) })},
 		{name: "events missing", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.EventsMissing, r.EventsExpected) })},
+	}...)
+}
+
+func churnMetrics(res map[string]*ChurnResult) []metric {
+	type R = ChurnResult
+	ms := fateMetrics(res, func(r *R) fate { return r.fate })
+	n := 0
+	for _, r := range res {
+		n = max(n, len(r.Windows))
+	}
+	window := func(i int, f func(ChurnWindow) float64) func(string) float64 {
+		return num(res, func(r *R) float64 {
+			if i < len(r.Windows) {
+				return f(r.Windows[i])
+			}
+			return 0
+		})
+	}
+	for i := range n {
+		ms = append(ms,
+			metric{name: fmt.Sprintf("window %d: write p99", i+1), val: window(i, func(w ChurnWindow) float64 { return w.P99Ms }), show: fmtMs},
+			metric{name: fmt.Sprintf("window %d: writes", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.Ops) }), show: fmtCount},
+			metric{name: fmt.Sprintf("window %d: disk after compaction", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.DiskBytes) }), show: showBytes},
+			metric{name: fmt.Sprintf("window %d: compaction took", i+1), val: window(i, func(w ChurnWindow) float64 { return w.CompactMs }), show: fmtMs})
+	}
+	return append(ms, []metric{
+		{name: "last window's p99 / first's", val: num(res, func(r *R) float64 { return r.LastOverFst }), show: fmtRatio},
+		{name: "churn errors", text: text(res, func(r *R) string { return withCodes(r.Errors, r.ErrorCodes) })},
+		{name: "defragmentation took", val: num(res, func(r *R) float64 { return r.DefragSeconds }), show: fmtSec},
+		{name: "defragmentation error", text: text(res, func(r *R) string { return orDash(r.DefragError) })},
+		{name: "writes during it", val: num(res, func(r *R) float64 { return float64(r.DefragOps) }), show: fmtCount},
+		{name: "write p99 during it", val: num(res, func(r *R) float64 { return r.DefragP99Ms }), show: fmtMs},
+		{name: "write errors during it", text: text(res, func(r *R) string { return withCodes(r.DefragErrors, r.DefragErrorCodes) })},
+		{name: "longest write overlapping it", val: num(res, func(r *R) float64 { return r.LongestStallMs }), show: fmtMs},
+		{name: "disk after it", val: num(res, func(r *R) float64 { return float64(r.DiskBytesAfter) }), show: showBytes},
 	}...)
 }
 

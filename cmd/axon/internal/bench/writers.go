@@ -43,19 +43,19 @@ type codeTally struct {
 	first string
 }
 
-func (t *codeTally) add(err error) { t.addAt("", err) }
+func (t *codeTally) add(err error) { t.addKey(grpcCode(err).String(), err) }
 
 // addAt counts err under "step code".
 func (t *codeTally) addAt(step string, err error) {
+	t.addKey(step+" "+grpcCode(err).String(), fmt.Errorf("%s: %w", step, err))
+}
+
+// addKey counts err under key, whatever its code.
+func (t *codeTally) addKey(key string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n == nil {
 		t.n = map[string]int64{}
-	}
-	key := grpcCode(err).String()
-	if step != "" {
-		key = step + " " + key
-		err = fmt.Errorf("%s: %w", step, err)
 	}
 	t.n[key]++
 	if t.first == "" {
