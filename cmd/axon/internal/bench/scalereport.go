@@ -211,7 +211,7 @@ func fmtCount(v float64) string {
 func fmtLimit(b int64) string {
 	switch {
 	case b == 0:
-		return "no"
+		return "unlimited"
 	case b%(1<<30) == 0:
 		return fmt.Sprintf("%d GiB", b>>30)
 	}
