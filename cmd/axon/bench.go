@@ -47,7 +47,9 @@ a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
 storm is 5,000 clients connecting at once, each listing and watching its
 namespace, while 64 clients create in the namespaces; churn is 30 minutes of
 create/update/delete over 100,000 objects with a compaction every 5 minutes,
-then a defragmentation under the same writes.
+then a defragmentation under the same writes; keys loads 1, 3 and 10
+million keys of 1 KiB (etcd up to its 8 GiB quota) and measures gets,
+namespace lists, compaction, restart, memory and disk at each.
 With --quick each scenario takes well under a minute per system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
@@ -98,9 +100,15 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.ListRounds, "list-rounds", sc.ListRounds, "lists: lists per lister")
 	fl.IntVar(&sc.StormClients, "storm-clients", sc.StormClients, "storm: clients that connect at once")
 	fl.IntVar(&sc.StormObjects, "storm-objects", sc.StormObjects, "storm: objects in each client's namespace")
+	fl.DurationVar(&sc.StormAfter, "storm-after", sc.StormAfter, "storm: writes after every client is in, for write p99 to recover")
 	fl.IntVar(&sc.ChurnObjects, "churn-objects", sc.ChurnObjects, "churn: objects churned")
 	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
 	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
+	fl.IntSliceVar(&sc.KeysCounts, "keys-counts", sc.KeysCounts, "keys: key counts measured at, ascending")
+	fl.Int64Var(&sc.KeysEtcdQuota, "keys-etcd-quota", sc.KeysEtcdQuota, "keys: etcd's backend quota in bytes")
+	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
+	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
+	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd
@@ -136,9 +144,14 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
 	"list-rounds":      func(d, s *bench.Options) { d.Scale.ListRounds = s.Scale.ListRounds },
 	"storm-clients":    func(d, s *bench.Options) { d.Scale.StormClients = s.Scale.StormClients },
+	"storm-after":      func(d, s *bench.Options) { d.Scale.StormAfter = s.Scale.StormAfter },
 	"churn-objects":    func(d, s *bench.Options) { d.Scale.ChurnObjects = s.Scale.ChurnObjects },
 	"churn-time":       func(d, s *bench.Options) { d.Scale.ChurnTime = s.Scale.ChurnTime },
 	"churn-window":     func(d, s *bench.Options) { d.Scale.ChurnWindow = s.Scale.ChurnWindow },
+	"keys-counts":      func(d, s *bench.Options) { d.Scale.KeysCounts = s.Scale.KeysCounts },
+	"keys-namespace":   func(d, s *bench.Options) { d.Scale.KeysNamespace = s.Scale.KeysNamespace },
+	"keys-gets":        func(d, s *bench.Options) { d.Scale.KeysGets = s.Scale.KeysGets },
+	"keys-lists":       func(d, s *bench.Options) { d.Scale.KeysLists = s.Scale.KeysLists },
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {

@@ -164,3 +164,33 @@ func TestScaleChurnQuickIsSane(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleKeysQuickIsSane runs the many-keys scenario scaled down: a step
+// per key count with every figure measured, all keys stored (the quick
+// counts are far below etcd's quota), and disk per key at least the value.
+func TestScaleKeysQuickIsSane(t *testing.T) {
+	rep, table := runScaleQuick(t, bench.ScaleKeys)
+	q := bench.QuickScale()
+	for _, sys := range []string{"axon", "etcd"} {
+		r := rep.Keys[sys]
+		if r == nil || len(r.Steps) != len(q.KeysCounts) {
+			t.Fatalf("%s: %+v, want a step per count of %v", sys, r, q.KeysCounts)
+		}
+		for i, st := range r.Steps {
+			if st.Keys != q.KeysCounts[i] || st.Stored != st.Keys || st.Full != "" || st.Errors != 0 {
+				t.Errorf("%s step %d: %d of %d keys stored (full: %q), %d errors (first: %s)", sys, i, st.Stored, st.Keys, st.Full, st.Errors, st.FirstError)
+			}
+			if st.LoadRate <= 0 || st.GetP99Ms <= 0 || st.ListP99Ms <= 0 || st.CompactMs <= 0 || st.RestartMs <= 0 || st.PeakRSSBytes <= 0 {
+				t.Errorf("%s step %d: a figure is missing: %+v", sys, i, st)
+			}
+			if st.DiskBytesPerKey < float64(q.ListObjectSize) {
+				t.Errorf("%s step %d: %v disk bytes per key of %d B values", sys, i, st.DiskBytesPerKey, q.ListObjectSize)
+			}
+		}
+	}
+	for _, want := range []string{"20k: get p99", "50k: disk bytes/key"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}

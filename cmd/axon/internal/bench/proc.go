@@ -41,6 +41,9 @@ var systems = map[string]system{
 		a := []string{"etcd-reference", "--data-dir", s.dir,
 			"--listen-client-urls", s.clientURL(), "--listen-peer-urls", "http://" + s.peer,
 			"--log-file", s.logPath}
+		if s.etcdQuota > 0 {
+			a = append(a, "--quota-backend-bytes", strconv.FormatInt(s.etcdQuota, 10))
+		}
 		return append(a, s.tlsArgs()...)
 	}},
 }
@@ -55,6 +58,7 @@ type server struct {
 	tls                   *tlsFiles  // nil: plaintext
 	extra                 []string   // more flags of axon serve
 	cg                    *memCgroup // nil: not in a memory cgroup
+	etcdQuota             int64      // etcd's backend quota; 0: its default
 
 	cmd    *exec.Cmd
 	logf   *os.File

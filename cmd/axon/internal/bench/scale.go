@@ -15,10 +15,11 @@ const (
 	ScaleLists = "lists" // unpaginated LISTs of a large prefix under writes, in a memory cgroup
 	ScaleStorm = "storm" // thousands of clients reconnect at once: list, then watch
 	ScaleChurn = "churn" // long create/update/delete with compactions, then a defragmentation
+	ScaleKeys  = "keys"  // millions of keys: load, gets, lists, compaction, restart, memory, disk
 )
 
 // AllScales lists the scale scenarios in run order.
-var AllScales = []string{ScaleLists, ScaleStorm, ScaleChurn}
+var AllScales = []string{ScaleLists, ScaleStorm, ScaleChurn, ScaleKeys}
 
 // ScaleOptions configures the scale scenarios; Options.Scale holds them.
 type ScaleOptions struct {
@@ -44,10 +45,19 @@ type ScaleOptions struct {
 
 	StormClients int // clients that connect at once
 	StormObjects int // objects in each client's namespace
+	// StormAfter is how long writes go on once every client is in (or
+	// the bound passed): the time write p99 has to recover in.
+	StormAfter time.Duration
 
 	ChurnObjects int           // objects churned
 	ChurnTime    time.Duration // how long, before the defragmentation
 	ChurnWindow  time.Duration // compaction interval, and the window of the figures
+
+	KeysCounts    []int // key counts measured at, ascending
+	KeysNamespace int   // objects per namespace, the LIST measured
+	KeysEtcdQuota int64 // etcd's backend quota in the keys scenario
+	KeysGets      int   // point gets per count (also bounded by MaxTime of Options)
+	KeysLists     int   // namespace lists per count (idem)
 }
 
 // DefaultScale is the full configuration, as issue 25 states it.
@@ -64,9 +74,15 @@ func DefaultScale() ScaleOptions {
 		ListRounds:     2,
 		StormClients:   5000,
 		StormObjects:   10,
+		StormAfter:     time.Minute,
 		ChurnObjects:   100000,
 		ChurnTime:      30 * time.Minute,
 		ChurnWindow:    5 * time.Minute,
+		KeysCounts:     []int{1000000, 3000000, 10000000},
+		KeysNamespace:  10000,
+		KeysEtcdQuota:  8 << 30,
+		KeysGets:       20000,
+		KeysLists:      20,
 	}
 }
 
@@ -82,9 +98,14 @@ func QuickScale() ScaleOptions {
 	o.Listers = 4
 	o.ListRounds = 5
 	o.StormClients = 200
+	o.StormAfter = 3 * time.Second
 	o.ChurnObjects = 3000
 	o.ChurnTime = 15 * time.Second
 	o.ChurnWindow = 5 * time.Second
+	o.KeysCounts = []int{20000, 50000}
+	o.KeysNamespace = 5000
+	o.KeysGets = 2000
+	o.KeysLists = 5
 	return o
 }
 
@@ -97,9 +118,10 @@ func (o *ScaleOptions) validate() error {
 	if o.MemoryLimit < 0 || o.Before < 0 || o.MaxTime <= 0 || o.Writers < 1 || o.MaxWrites < 1 {
 		return fmt.Errorf("scale: memory limit and time before must not be negative; max time, writers and max writes must be positive")
 	}
-	if o.ListObjects < 1 || o.ListObjectSize < 1 || o.Listers < 1 || o.ListRounds < 1 || o.StormClients < 1 || o.StormObjects < 1 ||
-		o.ChurnObjects < 1 || o.ChurnWindow <= 0 || o.ChurnTime < o.ChurnWindow {
-		return fmt.Errorf("scale: list objects, object size, listers, rounds, storm clients and objects, churn objects and window must be positive; churn time at least a window")
+	if o.ListObjects < 1 || o.ListObjectSize < 1 || o.Listers < 1 || o.ListRounds < 1 || o.StormClients < 1 || o.StormObjects < 1 || o.StormAfter <= 0 ||
+		o.ChurnObjects < 1 || o.ChurnWindow <= 0 || o.ChurnTime < o.ChurnWindow ||
+		len(o.KeysCounts) == 0 || !slices.IsSorted(o.KeysCounts) || o.KeysCounts[0] < 1 || o.KeysNamespace < 1 || o.KeysGets < 1 || o.KeysLists < 1 {
+		return fmt.Errorf("scale: list objects, object size, listers, rounds, storm clients, objects and time after, churn objects and window, keys counts (ascending), namespace, gets and lists must be positive; churn time at least a window")
 	}
 	if o.MemoryLimit > 0 && !CgroupAvailable() {
 		return fmt.Errorf("scale: a %d MiB limit needs a memory cgroup: %w (or give a limit of 0)", o.MemoryLimit>>20, ErrNoCgroup)
@@ -120,6 +142,7 @@ type ScaleReport struct {
 	Lists map[string]*ListsResult `json:"lists,omitempty"`
 	Storm map[string]*StormResult `json:"storm,omitempty"`
 	Churn map[string]*ChurnResult `json:"churn,omitempty"`
+	Keys  map[string]*KeysResult  `json:"keys,omitempty"`
 }
 
 // RunScale runs o.Scale's scenarios on each system in turn, one system
@@ -136,7 +159,7 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &ScaleReport{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, Systems: o.Systems,
-		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}, Churn: map[string]*ChurnResult{}}
+		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}, Churn: map[string]*ChurnResult{}, Keys: map[string]*KeysResult{}}
 	done := func(err error) (*ScaleReport, error) {
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
@@ -165,6 +188,8 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 				rep.Storm[name], err = r.storm(ctx)
 			case ScaleChurn:
 				rep.Churn[name], err = r.churn(ctx)
+			case ScaleKeys:
+				rep.Keys[name], err = r.keys(ctx)
 			}
 			if cerr := r.cleanup(); err == nil {
 				err = cerr

@@ -31,8 +31,8 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(rep.Storm) > 0 {
-		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; each server in a %s memory cgroup; bound %v, %v of writes before and after\n",
-			o.StormClients, o.StormObjects, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before)
+		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; each server in a %s memory cgroup; bound %v; writes %v before, %v after all are in\n",
+			o.StormClients, o.StormObjects, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before, o.StormAfter)
 		if err := rep.table(w, stormMetrics(rep.Storm)); err != nil {
 			return err
 		}
@@ -41,6 +41,13 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; each server in a %s memory cgroup\n",
 			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, fmtLimit(o.MemoryLimit))
 		if err := rep.table(w, churnMetrics(rep.Churn)); err != nil {
+			return err
+		}
+	}
+	if len(rep.Keys) > 0 {
+		fmt.Fprintf(w, "\nkeys: objects of %d B in namespaces of %s, loaded to %v keys in turn; at each: %d point gets, %d paginated lists of a namespace, a physical compaction, a restart; outside any cgroup; etcd's quota %s\n",
+			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, fmtBytes(o.KeysEtcdQuota))
+		if err := rep.table(w, keysMetrics(rep.Keys, o.KeysCounts)); err != nil {
 			return err
 		}
 	}
@@ -177,6 +184,47 @@ func churnMetrics(res map[string]*ChurnResult) []metric {
 		{name: "longest write overlapping it", val: num(res, func(r *R) float64 { return r.LongestStallMs }), show: fmtMs},
 		{name: "disk after it", val: num(res, func(r *R) float64 { return float64(r.DiskBytesAfter) }), show: showBytes},
 	}...)
+}
+
+func keysMetrics(res map[string]*KeysResult, counts []int) []metric {
+	var ms []metric
+	for i, n := range counts {
+		step := func(f func(KeysStep) float64) func(string) float64 {
+			return num(res, func(r *KeysResult) float64 {
+				if i < len(r.Steps) {
+					return f(r.Steps[i])
+				}
+				return 0
+			})
+		}
+		at := func(what string) string { return count(n) + ": " + what }
+		ms = append(ms, []metric{
+			{name: at("keys stored"), text: text(res, func(r *KeysResult) string {
+				if i >= len(r.Steps) {
+					return "skipped (full)"
+				}
+				if st := r.Steps[i]; st.Full != "" {
+					return fmt.Sprintf("%d (full: %s)", st.Stored, st.Full)
+				}
+				return fmt.Sprint(r.Steps[i].Stored)
+			})},
+			{name: at("load keys/s"), val: step(func(s KeysStep) float64 { return s.LoadRate }), show: fmtRate},
+			{name: at("get p99"), val: step(func(s KeysStep) float64 { return s.GetP99Ms }), show: fmtMs},
+			{name: at("namespace list p99"), val: step(func(s KeysStep) float64 { return s.ListP99Ms }), show: fmtMs},
+			{name: at("compaction (physical)"), val: step(func(s KeysStep) float64 { return s.CompactMs }), show: fmtMs},
+			{name: at("restart"), val: step(func(s KeysStep) float64 { return s.RestartMs }), show: fmtMs},
+			{name: at("peak RSS"), val: step(func(s KeysStep) float64 { return float64(s.PeakRSSBytes) }), show: showBytes},
+			{name: at("RSS after restart"), val: step(func(s KeysStep) float64 { return float64(s.RSSAfterRestartBytes) }), show: showBytes},
+			{name: at("disk bytes/key"), val: step(func(s KeysStep) float64 { return s.DiskBytesPerKey }), show: fmtCount},
+			{name: at("errors"), text: text(res, func(r *KeysResult) string {
+				if i >= len(r.Steps) {
+					return "-"
+				}
+				return fmt.Sprint(r.Steps[i].Errors)
+			})},
+		}...)
+	}
+	return ms
 }
 
 func yesNo(b bool) string {

@@ -96,7 +96,7 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 		return nil, err
 	}
 
-	deadline := time.Now().Add(2*o.Before + o.MaxTime)
+	deadline := time.Now().Add(o.Before + o.MaxTime + o.StormAfter)
 	writes := r.startWrites(ctx, clis, o.Writers, func(g, i int) string {
 		return fmt.Sprintf("%sw%d-%d", ns((i*o.Writers+g)%o.StormClients), g, i)
 	}, deadline)
@@ -156,10 +156,9 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 	res.ReadySeconds = lastIn.Seconds()
 	mu.Unlock()
 	r.log.Info("storm joined", "ready", res.Ready, "of", o.StormClients, "took", time.Duration(res.ReadySeconds*float64(time.Second)).Round(time.Millisecond))
-	// Writes go on for Before after the storm: the windows recovery is
-	// read from.
+	// Writes go on for StormAfter: the windows recovery is read from.
 	select {
-	case <-time.After(o.Before):
+	case <-time.After(o.StormAfter):
 	case <-s.exited:
 	case <-ctx.Done():
 	}
