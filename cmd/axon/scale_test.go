@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,36 +11,26 @@ import (
 )
 
 // runScaleQuick runs `axon bench --scale <scenario> --quick` on both
-// systems and returns its report and table.
-func runScaleQuick(t *testing.T, scenario string) (*bench.ScaleReport, string) {
+// systems, the servers in memory cgroups if inCgroup, and returns its
+// report and table.
+func runScaleQuick(t *testing.T, scenario string, inCgroup bool) (*bench.ScaleReport, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary and runs two servers")
 	}
-	if !bench.CgroupAvailable() {
+	args := []string{"--scale", scenario, "--quick"}
+	switch {
+	case !inCgroup:
+		args = append(args, "--memory-limit-mib", "0")
+	case !bench.CgroupAvailable():
 		t.Skip("needs root and a cgroup memory controller")
 	}
 	bin := buildAxon(t)
-	out := filepath.Join(t.TempDir(), "scale.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--scale", scenario, "--quick", "--json", out, "--work-dir", t.TempDir())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("bench --scale %s --quick took %v\n%s", scenario, time.Since(t0).Round(time.Millisecond), stdout.String())
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep bench.ScaleReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("results JSON: %v", err)
-	}
-	return &rep, stdout.String()
+	table := runBenchCLI(t, ctx, bin, filepath.Join(t.TempDir(), "scale.json"), &rep, args...)
+	return &rep, table
 }
 
 // TestScaleListsQuickIsSane runs the expensive-reads scenario scaled down
@@ -52,7 +38,7 @@ func runScaleQuick(t *testing.T, scenario string) (*bench.ScaleReport, string) {
 // failed or unfinished; a server that lived served every list and write;
 // one that died was killed by the kernel, and the report says so.
 func TestScaleListsQuickIsSane(t *testing.T) {
-	rep, table := runScaleQuick(t, bench.ScaleLists)
+	rep, table := runScaleQuick(t, bench.ScaleLists, true)
 	q := bench.QuickScale()
 	for _, sys := range []string{"axon", "etcd"} {
 		r := rep.Lists[sys]
@@ -94,7 +80,7 @@ func TestScaleListsQuickIsSane(t *testing.T) {
 // event acknowledged in its namespace after its list: a missing one is a
 // lost event, whatever the load.
 func TestScaleStormQuickIsSane(t *testing.T) {
-	rep, table := runScaleQuick(t, bench.ScaleStorm)
+	rep, table := runScaleQuick(t, bench.ScaleStorm, true)
 	q := bench.QuickScale()
 	for _, sys := range []string{"axon", "etcd"} {
 		r := rep.Storm[sys]
@@ -129,7 +115,7 @@ func TestScaleStormQuickIsSane(t *testing.T) {
 // compaction interval, each with writes and a disk size, and a
 // defragmentation under the writes that neither fails nor fails them.
 func TestScaleChurnQuickIsSane(t *testing.T) {
-	rep, table := runScaleQuick(t, bench.ScaleChurn)
+	rep, table := runScaleQuick(t, bench.ScaleChurn, true)
 	q := bench.QuickScale()
 	for _, sys := range []string{"axon", "etcd"} {
 		r := rep.Churn[sys]
@@ -169,7 +155,7 @@ func TestScaleChurnQuickIsSane(t *testing.T) {
 // per key count with every figure measured, all keys stored (the quick
 // counts are far below etcd's quota), and disk per key at least the value.
 func TestScaleKeysQuickIsSane(t *testing.T) {
-	rep, table := runScaleQuick(t, bench.ScaleKeys)
+	rep, table := runScaleQuick(t, bench.ScaleKeys, false)
 	q := bench.QuickScale()
 	for _, sys := range []string{"axon", "etcd"} {
 		r := rep.Keys[sys]

@@ -94,20 +94,11 @@ func (c *churnKeys) set(k int, rev int64) {
 func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	o := r.o.Scale
 	res := &ChurnResult{MemoryLimitBytes: o.MemoryLimit}
-	s, release, err := r.cgroupServer("churn")
+	s, mem, clis, done, err := r.startInCgroup(ctx, "churn")
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	if err := r.startReady(ctx, s); err != nil {
-		return nil, err
-	}
-	mem := sampleMemory(s.pid(), 100*time.Millisecond)
-	clis, err := dialN(s, r.o.Conns)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(clis)
+	defer done()
 	key := keyFunc("/bench/churn/")
 	r.log.Info("loading", "objects", o.ChurnObjects)
 	revs, err := r.load(ctx, clis, o.ChurnObjects, o.ListObjectSize, key)

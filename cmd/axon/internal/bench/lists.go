@@ -50,20 +50,11 @@ type ListsResult struct {
 func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	o := r.o.Scale
 	res := &ListsResult{MemoryLimitBytes: o.MemoryLimit, ListsWanted: o.Listers * o.ListRounds}
-	s, release, err := r.cgroupServer("lists")
+	s, mem, clis, done, err := r.startInCgroup(ctx, "lists")
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	if err := r.startReady(ctx, s); err != nil {
-		return nil, err
-	}
-	mem := sampleMemory(s.pid(), 100*time.Millisecond)
-	clis, err := dialN(s, r.o.Conns)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(clis)
+	defer done()
 	prefix := "/bench/lists/objects/"
 	r.log.Info("loading", "objects", o.ListObjects, "bytes", o.ListObjectSize)
 	t0 := time.Now()

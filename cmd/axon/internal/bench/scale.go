@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Scale scenarios (issue 25): where etcd is known to break.
@@ -202,28 +204,40 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 	return done(nil)
 }
 
-// cgroupServer makes a server named name, in a memory cgroup of the
-// configured limit if there is one; the returned func removes the group.
-func (r *runner) cgroupServer(name string) (*server, func() error, error) {
-	s, err := r.newServer(name)
-	if err != nil {
-		return nil, nil, err
+// startInCgroup starts a server named name, in a memory cgroup of the
+// configured limit if there is one, samples its memory and dials Conns
+// clients to it; done closes them, stops the server and removes the group.
+func (r *runner) startInCgroup(ctx context.Context, name string) (s *server, mem *memSampler, clis []*clientv3.Client, done func(), err error) {
+	if s, err = r.newServer(name); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	if r.o.Scale.MemoryLimit == 0 {
-		return s, func() error { return nil }, nil
-	}
-	cg, err := newMemCgroup("axon-bench-"+r.sys.name, r.o.Scale.MemoryLimit)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.cg = cg
-	return s, func() error {
-		err := s.stop()
-		if rerr := cg.remove(); err == nil {
-			err = rerr
+	var cg *memCgroup
+	if r.o.Scale.MemoryLimit > 0 {
+		if cg, err = newMemCgroup("axon-bench-"+r.sys.name, r.o.Scale.MemoryLimit); err != nil {
+			return nil, nil, nil, nil, err
 		}
-		return err
-	}, nil
+		s.cg = cg
+	}
+	done = func() {
+		closeAll(clis)
+		if err := s.stop(); err != nil {
+			r.log.Warn("stop", "err", err)
+		}
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				r.log.Warn("cgroup", "err", err)
+			}
+		}
+	}
+	if err = r.startReady(ctx, s); err == nil {
+		mem = sampleMemory(s.pid(), 100*time.Millisecond)
+		clis, err = dialN(s, r.o.Conns)
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, nil, err
+	}
+	return s, mem, clis, done, nil
 }
 
 // fate is what became of a server in a memory cgroup: killed or not, and

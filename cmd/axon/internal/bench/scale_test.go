@@ -51,7 +51,7 @@ func TestCodeTallyCountsByStepAndCode(t *testing.T) {
 func TestRecoveryEndsAtTheLastSlowWindow(t *testing.T) {
 	ms := time.Millisecond
 	var acks []ack
-	for s := range 6 { // one write every 100 ms for 6 s
+	for s := range 9 { // one write every 100 ms for 9 s
 		for i := range 10 {
 			took := 5 * ms
 			if s == 2 { // slow in the third second
@@ -63,14 +63,15 @@ func TestRecoveryEndsAtTheLastSlowWindow(t *testing.T) {
 			acks = append(acks, ack{at: time.Duration(s)*time.Second + time.Duration(i)*100*ms, took: took})
 		}
 	}
-	worst, rec := recovery(acks, time.Second, 6*time.Second, 5)
-	if worst != 50 || rec != 2 {
-		t.Errorf("recovery = worst %v ms, back after %v s; want 50 ms, 2 s", worst, rec)
+	worst, rec, back := recovery(acks, time.Second, 9*time.Second, 5)
+	if worst != 50 || rec != 2 || !back {
+		t.Errorf("recovery = worst %v ms, back after %v s (%v); want 50 ms, 2 s, true", worst, rec, back)
 	}
-	// A second with no write at all is a stall, however fast the rest.
+	// A second with no write at all is a stall, however fast the rest;
+	// 3 s of good windows after it are too few to call it over.
 	stalled := append(acks[:30:30], acks[40:]...)
-	if _, rec := recovery(stalled, time.Second, 6*time.Second, 5); rec != 3 {
-		t.Errorf("with the fourth second empty: back after %v s, want 3", rec)
+	if _, rec, back := recovery(stalled, time.Second, 7*time.Second, 5); rec != 3 || back {
+		t.Errorf("with the fourth second empty: back after %v s (%v), want 3 s and not yet back", rec, back)
 	}
 }
 

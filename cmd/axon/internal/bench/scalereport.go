@@ -24,22 +24,22 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		fmtMs(rep.Fsync.P50Ms), fmtMs(rep.Fsync.P99Ms))
 	o := rep.Options.Scale
 	if len(rep.Lists) > 0 {
-		fmt.Fprintf(w, "\nlists: %s objects of %d B in one prefix; %d clients each list it %d times in one Range (no limit) while %d clients create; each server in a %s memory cgroup; bound %v after %v of writes alone\n",
-			count(o.ListObjects), o.ListObjectSize, o.Listers, o.ListRounds, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before)
+		fmt.Fprintf(w, "\nlists: %s objects of %d B in one prefix; %d clients each list it %d times in one Range (no limit) while %d clients create; %s; bound %v after %v of writes alone\n",
+			count(o.ListObjects), o.ListObjectSize, o.Listers, o.ListRounds, o.Writers, inCgroup(o.MemoryLimit), o.MaxTime, o.Before)
 		if err := rep.table(w, listsMetrics(rep.Lists)); err != nil {
 			return err
 		}
 	}
 	if len(rep.Storm) > 0 {
-		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; each server in a %s memory cgroup; bound %v; writes %v before, %v after all are in\n",
-			o.StormClients, o.StormObjects, o.Writers, fmtLimit(o.MemoryLimit), o.MaxTime, o.Before, o.StormAfter)
+		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; %s; bound %v; writes %v before, %v after all are in\n",
+			o.StormClients, o.StormObjects, o.Writers, inCgroup(o.MemoryLimit), o.MaxTime, o.Before, o.StormAfter)
 		if err := rep.table(w, stormMetrics(rep.Storm)); err != nil {
 			return err
 		}
 	}
 	if len(rep.Churn) > 0 {
-		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; each server in a %s memory cgroup\n",
-			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, fmtLimit(o.MemoryLimit))
+		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s\n",
+			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, inCgroup(o.MemoryLimit))
 		if err := rep.table(w, churnMetrics(rep.Churn)); err != nil {
 			return err
 		}
@@ -143,7 +143,12 @@ func stormMetrics(res map[string]*StormResult) []metric {
 		{name: "storm errors", text: text(res, func(r *R) string { return withCodes(r.ErrorsTotal, r.Errors) })},
 		{name: "write p99 before the storm", val: num(res, func(r *R) float64 { return r.WriteP99BeforeMs }), show: fmtMs},
 		{name: "worst 1 s write p99 after", val: num(res, func(r *R) float64 { return r.WorstWindowP99Ms }), show: fmtMs},
-		{name: "write p99 back within 1.5x after", val: num(res, func(r *R) float64 { return r.RecoverySeconds }), show: fmtSec},
+		{name: "write p99 back within 1.5x after", text: text(res, func(r *R) string {
+			if !r.Recovered {
+				return fmt.Sprintf("not by the end (bad until %s)", fmtSec(r.RecoverySeconds))
+			}
+			return fmtSec(r.RecoverySeconds)
+		})},
 		{name: "writes from the storm on", val: num(res, func(r *R) float64 { return float64(r.Writes) }), show: fmtCount},
 		{name: "write errors", text: text(res, func(r *R) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
 		{name: "watchers with every event", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.WatchersComplete, r.Clients) })},
@@ -256,12 +261,13 @@ func fmtCount(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-func fmtLimit(b int64) string {
+// inCgroup says where the servers ran.
+func inCgroup(limit int64) string {
 	switch {
-	case b == 0:
-		return "unlimited"
-	case b%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", b>>30)
+	case limit == 0:
+		return "no memory cgroup"
+	case limit%(1<<30) == 0:
+		return fmt.Sprintf("each server in a %d GiB memory cgroup", limit>>30)
 	}
-	return fmt.Sprintf("%d MiB", b>>20)
+	return fmt.Sprintf("each server in a %d MiB memory cgroup", limit>>20)
 }
