@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 )
 
 // ListsResult is one system's outcome of the expensive-reads scenario.
@@ -26,9 +27,13 @@ type ListsResult struct {
 	ListsUnfinished int              `json:"lists_unfinished"` // cut by the time bound
 	ListsNotRun     int              `json:"lists_not_run"`    // not begun: the server was gone
 	ListErrors      map[string]int64 `json:"list_errors,omitempty"`
-	FirstListError  string           `json:"first_list_error,omitempty"`
-	ListP50Ms       float64          `json:"list_p50_ms"`
-	ListP99Ms       float64          `json:"list_p99_ms"`
+	// ListsRefused counts refusals with a retryable code, each retried as
+	// a reflector does; the list's latency runs from its first try.
+	ListsRefused   int64            `json:"lists_refused"`
+	ListRefusals   map[string]int64 `json:"list_refusals,omitempty"`
+	FirstListError string           `json:"first_list_error,omitempty"`
+	ListP50Ms      float64          `json:"list_p50_ms"`
+	ListP99Ms      float64          `json:"list_p99_ms"`
 
 	// Writes acknowledged during the lists, and their latency; before
 	// the lists, the same writers' p99 alone.
@@ -93,6 +98,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 		failed    atomic.Int64
 		cut       atomic.Int64
 		notRun    atomic.Int64
+		refused   codeTally
 		wg        sync.WaitGroup
 		listsDone = make(chan struct{})
 	)
@@ -110,7 +116,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 					continue
 				}
 				t0 := time.Now()
-				n, err := countList(pctx, lclis[l], prefix)
+				n, err := r.retryList(pctx, s, lclis[l], prefix, &refused)
 				switch {
 				case err != nil && !s.running():
 					failed.Add(1)
@@ -151,6 +157,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	all := slices.Concat(lat...)
 	res.ListsDone, res.ListsFailed, res.ListsUnfinished, res.ListsNotRun = len(all), failed.Load(), int(cut.Load()), int(notRun.Load())
 	res.ListErrors, res.FirstListError = errs.byCode(), errs.first
+	res.ListsRefused, res.ListRefusals = refused.total(), refused.byCode()
 	res.ListP50Ms, res.ListP99Ms = p50p99(all)
 	during := latencies(acks, listStart, time.Duration(1<<62))
 	res.Writes = int64(len(during))
@@ -161,6 +168,25 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 		"list-p50", fmtMs(res.ListP50Ms), "write-p99", fmtMs(res.WriteP99Ms), "write-errors", res.WriteErrors,
 		"peak-rss", fmtBytes(res.PeakRSSBytes), "oom-kills", res.OOMKills, "exited", res.Exited)
 	return res, nil
+}
+
+// retryList is countList again after a backoff while the server refuses
+// with a code clients retry (ResourceExhausted, Unavailable), as a
+// reflector relists: a server may shed an expensive list it cannot afford
+// yet, but the list must complete.
+func (r *runner) retryList(ctx context.Context, s *server, cli *clientv3.Client, prefix string, refused *codeTally) (int, error) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+		n, err := countList(ctx, cli, prefix)
+		if c := grpcCode(err); err == nil || (c != codes.ResourceExhausted && c != codes.Unavailable) || !s.running() {
+			return n, err
+		}
+		refused.add(err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
 
 // countList reads every key under prefix in one Range, no limit, as a

@@ -121,6 +121,7 @@ func listsMetrics(res map[string]*ListsResult) []metric {
 	return append(fateMetrics(res, func(r *R) fate { return r.fate }), []metric{
 		{name: "lists done", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.ListsDone, r.ListsWanted) })},
 		{name: "lists failed", text: text(res, func(r *R) string { return withCodes(r.ListsFailed, r.ListErrors) })},
+		{name: "refusals retried", text: text(res, func(r *R) string { return withCodes(r.ListsRefused, r.ListRefusals) })},
 		{name: "lists cut by the time bound", text: text(res, func(r *R) string { return fmt.Sprint(r.ListsUnfinished) })},
 		{name: "lists not begun (server gone)", text: text(res, func(r *R) string { return fmt.Sprint(r.ListsNotRun) })},
 		{name: "list p50", val: num(res, func(r *R) float64 { return r.ListP50Ms }), show: fmtMs},
