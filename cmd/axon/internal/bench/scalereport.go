@@ -150,6 +150,7 @@ func stormMetrics(res map[string]*StormResult) []metric {
 			}
 			return fmtSec(r.RecoverySeconds)
 		})},
+		{name: "write p99 over the last 10 s", val: num(res, func(r *R) float64 { return r.SettledP99Ms }), show: fmtMs},
 		{name: "writes from the storm on", val: num(res, func(r *R) float64 { return float64(r.Writes) }), show: fmtCount},
 		{name: "write errors", text: text(res, func(r *R) string { return withCodes(r.WriteErrors, r.WriteErrorCodes) })},
 		{name: "watchers with every event", text: text(res, func(r *R) string { return fmt.Sprintf("%d of %d", r.WatchersComplete, r.Clients) })},

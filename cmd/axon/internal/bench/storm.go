@@ -37,13 +37,16 @@ type StormResult struct {
 	// from the storm on; RecoverySeconds when the last window whose p99
 	// was over 1.5 times the p99 before (or that had no write) ended.
 	// Recovered is whether it then stayed back for 5 s before the end.
-	WorstWindowP99Ms float64          `json:"worst_window_p99_ms"`
-	RecoverySeconds  float64          `json:"recovery_seconds"`
-	Recovered        bool             `json:"recovered"`
-	Writes           int64            `json:"writes"`
-	WriteErrors      int64            `json:"write_errors"`
-	WriteErrorCodes  map[string]int64 `json:"write_error_codes,omitempty"`
-	FirstWriteError  string           `json:"first_write_error,omitempty"`
+	WorstWindowP99Ms float64 `json:"worst_window_p99_ms"`
+	RecoverySeconds  float64 `json:"recovery_seconds"`
+	Recovered        bool    `json:"recovered"`
+	// SettledP99Ms is write p99 over the last 10 s: where it settled with
+	// every watcher attached.
+	SettledP99Ms    float64          `json:"settled_p99_ms"`
+	Writes          int64            `json:"writes"`
+	WriteErrors     int64            `json:"write_errors"`
+	WriteErrorCodes map[string]int64 `json:"write_error_codes,omitempty"`
+	FirstWriteError string           `json:"first_write_error,omitempty"`
 
 	// Watchers whose every expected event came (the acknowledged writes
 	// to their namespace after their list's revision), and the events
@@ -173,6 +176,7 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 	}
 	res.Writes = int64(len(latencies(acks, stormAt, end+1)))
 	res.WorstWindowP99Ms, res.RecoverySeconds, res.Recovered = recovery(acks, stormAt, end, res.WriteP99BeforeMs)
+	_, res.SettledP99Ms = p50p99(latencies(acks, max(stormAt, end-min(10*time.Second, r.o.Scale.StormAfter)), end+1))
 	res.WatchersComplete, res.EventsExpected, res.EventsMissing = completeness(storms, acks)
 	r.log.Info("storm done", "ready", res.Ready, "errors", res.ErrorsTotal, "recovery-s", round(res.RecoverySeconds),
 		"complete", res.WatchersComplete, "missing", res.EventsMissing, "peak-rss", fmtBytes(res.PeakRSSBytes), "oom-kills", res.OOMKills)
