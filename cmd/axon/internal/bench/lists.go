@@ -64,7 +64,7 @@ func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	r.log.Info("loading", "objects", o.ListObjects, "bytes", o.ListObjectSize)
 	t0 := time.Now()
 	if _, err := r.load(ctx, clis, o.ListObjects, o.ListObjectSize, keyFunc(prefix)); err != nil {
-		if s.running() {
+		if !s.died() {
 			return nil, err
 		}
 		r.log.Warn("server died during the preload", "err", err)

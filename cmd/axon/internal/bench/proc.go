@@ -128,6 +128,17 @@ func (s *server) running() bool {
 	}
 }
 
+// died reports whether the process has exited or does within a second:
+// a request can fail on a killed server before its exit is reaped.
+func (s *server) died() bool {
+	select {
+	case <-s.exited:
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
 // waitReady returns once a linearizable Get succeeds. It first waits for
 // the port to accept, so that the time measured is the server's and not
 // gRPC's reconnect backoff.

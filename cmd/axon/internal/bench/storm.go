@@ -112,7 +112,8 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 		errs    codeTally
 		ready   atomic.Int64
 		allIn   = make(chan struct{})
-		wg      sync.WaitGroup
+		joins   sync.WaitGroup // the clients joining
+		wg      sync.WaitGroup // their watches' readers
 		mu      sync.Mutex
 		storms  = make([]*stormer, o.StormClients)
 		opened  []*clientv3.Client
@@ -123,9 +124,9 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 	for c := range o.StormClients {
 		st := &stormer{ns: ns(c), got: map[int64]bool{}}
 		storms[c] = st
-		wg.Add(1)
+		joins.Add(1)
 		go func() {
-			defer wg.Done()
+			defer joins.Done()
 			<-start
 			cli := r.joinStorm(sctx, wctx, s, st, &errs, &wg)
 			if cli == nil {
@@ -161,6 +162,7 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 	acks := writes.finish()
 	r.awaitEvents(storms, acks, s)
 	stopWatches()
+	joins.Wait()
 	closeParallel(opened)
 	wg.Wait()
 	if res.fate, err = r.readFate(s, mem); err != nil {
