@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,8 +44,9 @@ type KeysResult struct {
 // ListObjectSize in namespaces of KeysNamespace) and at each measures the
 // load, point gets, a namespace's list, a physical compaction, disk per
 // key and a restart. etcd runs with KeysEtcdQuota; once it refuses for
-// want of space the larger counts are skipped. The servers run outside any
-// cgroup: the point is what the key count does to memory.
+// want of space the larger counts are skipped; Axon runs without a quota.
+// The servers run outside any cgroup: the point is what the key count
+// does to memory.
 func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	o := r.o.Scale
 	res := &KeysResult{}
@@ -52,8 +54,12 @@ func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.sys.name == "etcd" {
+	switch r.sys.name {
+	case "etcd":
 		s.etcdQuota, res.EtcdQuotaBytes = o.KeysEtcdQuota, o.KeysEtcdQuota
+	case "axon":
+		// Axon's default quota is etcd's 2 GiB; the point is to go past it.
+		s.extra = append(slices.Clone(s.extra), "--quota-backend-bytes=-1")
 	}
 	if err := r.startReady(ctx, s); err != nil {
 		return nil, err
