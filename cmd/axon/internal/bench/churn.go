@@ -125,6 +125,7 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		errs, defragErrs    codeTally
 		defragging          atomic.Bool
 		halt                atomic.Bool
+		sent                atomic.Int64
 		wg                  sync.WaitGroup
 		wctx, cancel        = context.WithDeadline(ctx, start.Add(o.ChurnTime+readyTimeout))
 		compactRev, lastRev int64
@@ -134,13 +135,13 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		wg.Go(func() {
 			wk := newWorker(3<<20+g, o.ListObjectSize)
 			cli := clis[g%len(clis)]
-			for wctx.Err() == nil && !halt.Load() {
+			for wctx.Err() == nil && !halt.Load() && sent.Add(1) <= int64(o.MaxWrites) {
 				d := defragging.Load()
 				t0 := time.Now()
 				err := r.churnOp(wctx, cli, wk, shares[g], key)
 				took := time.Since(t0)
 				switch {
-				case err != nil && wctx.Err() != nil:
+				case err != nil && (wctx.Err() != nil || !s.running()):
 					return
 				case err != nil && d:
 					defragErrs.add(err)

@@ -37,7 +37,8 @@ type ScaleOptions struct {
 	// by then counts as unfinished.
 	MaxTime time.Duration
 	Writers int // concurrent writers during the expensive part
-	// MaxWrites bounds the writes of one system's scenario.
+	// MaxWrites bounds the writes of one system's scenario (churn's
+	// included).
 	MaxWrites int
 
 	ListObjects    int // objects in the listed prefix
@@ -69,7 +70,7 @@ func DefaultScale() ScaleOptions {
 		Before:         10 * time.Second,
 		MaxTime:        5 * time.Minute,
 		Writers:        64,
-		MaxWrites:      2000000,
+		MaxWrites:      20000000,
 		ListObjects:    100000,
 		ListObjectSize: 1024,
 		Listers:        16,
@@ -95,7 +96,7 @@ func QuickScale() ScaleOptions {
 	o.Before = 2 * time.Second
 	o.MaxTime = 20 * time.Second
 	o.Writers = 16
-	o.MaxWrites = 200000
+	o.MaxWrites = 1000000
 	o.ListObjects = 10000
 	o.Listers = 4
 	o.ListRounds = 5
