@@ -47,7 +47,7 @@ a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
 storm is 5,000 clients connecting at once, each listing and watching its
 namespace, while 64 clients create in the namespaces; churn is 30 minutes of
 create/update/delete over 100,000 objects with a compaction every 5 minutes,
-then a defragmentation under the same writes; keys loads 1, 3 and 10
+then a defragmentation under the same writes; keys loads 0.1, 1, 3 and 10
 million keys of 1 KiB (etcd up to its 8 GiB quota) and measures gets,
 namespace lists, compaction, restart, memory and disk at each.
 With --quick each scenario takes well under a minute per system.`,

@@ -81,7 +81,7 @@ func DefaultScale() ScaleOptions {
 		ChurnObjects:   100000,
 		ChurnTime:      30 * time.Minute,
 		ChurnWindow:    5 * time.Minute,
-		KeysCounts:     []int{1000000, 3000000, 10000000},
+		KeysCounts:     []int{100000, 1000000, 3000000, 10000000}, // 100k: the base the goals compare with
 		KeysNamespace:  10000,
 		KeysEtcdQuota:  8 << 30,
 		KeysGets:       20000,
