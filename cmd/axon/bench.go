@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/axon-kv/axon/cmd/axon/internal/bench"
 )
@@ -28,6 +29,12 @@ type benchFlags struct {
 }
 
 func benchCmd() *cobra.Command {
+	cmd, _, _ := newBenchCmd()
+	return cmd
+}
+
+// newBenchCmd returns the command and what its flags fill in.
+func newBenchCmd() (*cobra.Command, *benchFlags, *bench.Options) {
 	var (
 		f benchFlags
 		o = bench.Default()
@@ -111,11 +118,12 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
-	return cmd
+	return cmd, &f, &o
 }
 
 // quickFlags copies Quick's value of each flag the user did not set.
 var quickFlags = map[string]func(dst, src *bench.Options){
+	"runs":         func(d, s *bench.Options) { d.Runs = s.Runs },
 	"workloads":    func(d, s *bench.Options) { d.Workloads = s.Workloads },
 	"clients":      func(d, s *bench.Options) { d.Clients = s.Clients },
 	"ops":          func(d, s *bench.Options) { d.Ops = s.Ops },
@@ -154,16 +162,18 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"keys-lists":       func(d, s *bench.Options) { d.Scale.KeysLists = s.Scale.KeysLists },
 }
 
-func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
+// benchOptions applies --quick (Quick's value of each flag not given),
+// --memory-limit-mib and --scale to o.
+func benchOptions(fl *pflag.FlagSet, f benchFlags, o bench.Options) (bench.Options, error) {
 	if f.quick {
 		q := bench.Quick()
 		for name, set := range quickFlags {
-			if !cmd.Flags().Changed(name) {
+			if !fl.Changed(name) {
 				set(&o, &q)
 			}
 		}
 	}
-	if cmd.Flags().Changed("memory-limit-mib") {
+	if fl.Changed("memory-limit-mib") {
 		o.Scale.MemoryLimit = f.memoryMiB << 20
 	}
 	for s := range strings.SplitSeq(f.scale, ",") {
@@ -174,8 +184,16 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 		case slices.Contains(bench.AllScales, s):
 			o.Scale.Scenarios = append(o.Scale.Scenarios, s)
 		default:
-			return fmt.Errorf("--scale %q: want 1m or some of %v", s, bench.AllScales)
+			return o, fmt.Errorf("--scale %q: want 1m or some of %v", s, bench.AllScales)
 		}
+	}
+	return o, nil
+}
+
+func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
+	o, err := benchOptions(cmd.Flags(), f, o)
+	if err != nil {
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -180,3 +180,43 @@ func TestScaleKeysQuickIsSane(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchOptionsFromFlags(t *testing.T) {
+	resolve := func(args ...string) (bench.Options, error) {
+		cmd, f, o := newBenchCmd()
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		return benchOptions(cmd.Flags(), *f, *o)
+	}
+	q := bench.QuickScale()
+	for _, tt := range []struct {
+		name  string
+		args  []string
+		check func(o bench.Options) bool
+	}{
+		{"quick is one run", []string{"--quick"}, func(o bench.Options) bool { return o.Runs == 1 }},
+		{"a flag given beats quick", []string{"--quick", "--runs", "2", "--listers", "3"}, func(o bench.Options) bool {
+			return o.Runs == 2 && o.Scale.Listers == 3 && o.Scale.ListObjects == q.ListObjects
+		}},
+		{"quick scales the scenarios down", []string{"--quick", "--scale", "lists,storm"}, func(o bench.Options) bool {
+			return o.Scale.MemoryLimit == q.MemoryLimit && o.Scale.StormClients == q.StormClients && len(o.Scale.Scenarios) == 2
+		}},
+		{"the limit is in MiB, 0 for none", []string{"--scale", "churn", "--memory-limit-mib", "0"}, func(o bench.Options) bool {
+			return o.Scale.MemoryLimit == 0 && o.Scale.ChurnTime == bench.DefaultScale().ChurnTime
+		}},
+		{"full mode is issue 25's", []string{"--scale", "lists"}, func(o bench.Options) bool {
+			return o.Scale.MemoryLimit == 1<<30 && o.Scale.ListObjects == 100000 && o.Scale.Listers == 16 && o.Scale.Writers == 64
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := resolve(tt.args...)
+			if err != nil || !tt.check(o) {
+				t.Errorf("%v: %v, options %+v", tt.args, err, o.Scale)
+			}
+		})
+	}
+	if _, err := resolve("--scale", "lists,bogus"); err == nil {
+		t.Error("--scale bogus: want an error")
+	}
+}
