@@ -112,7 +112,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
 	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
 	fl.IntSliceVar(&sc.KeysCounts, "keys-counts", sc.KeysCounts, "keys: key counts measured at, ascending")
-	fl.Int64Var(&sc.KeysEtcdQuota, "keys-etcd-quota", sc.KeysEtcdQuota, "keys: etcd's backend quota in bytes")
+	fl.Int64Var(&sc.EtcdQuota, "etcd-quota-bytes", sc.EtcdQuota, "churn and keys: etcd's backend quota (its recommended maximum; its default is 2 GiB)")
 	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
 	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
 	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")

@@ -94,7 +94,7 @@ func (c *churnKeys) set(k int, rev int64) {
 func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	o := r.o.Scale
 	res := &ChurnResult{MemoryLimitBytes: o.MemoryLimit}
-	s, mem, clis, done, err := r.startInCgroup(ctx, "churn")
+	s, mem, clis, done, err := r.startInCgroup(ctx, "churn", func(s *server) { s.etcdQuota = o.EtcdQuota })
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +147,7 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 					defragErrs.add(err)
 				case err != nil:
 					errs.add(err)
+					time.Sleep(10 * time.Millisecond) // a refusing server (NOSPACE) answers at once
 				default:
 					acks[g] = append(acks[g], ack{at: t0.Sub(start), took: took})
 				}

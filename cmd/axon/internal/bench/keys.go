@@ -43,7 +43,7 @@ type KeysResult struct {
 // keys loads one server to each of KeysCounts in turn (objects of
 // ListObjectSize in namespaces of KeysNamespace) and at each measures the
 // load, point gets, a namespace's list, a physical compaction, disk per
-// key and a restart. etcd runs with KeysEtcdQuota; once it refuses for
+// key and a restart. etcd runs with EtcdQuota; once it refuses for
 // want of space the larger counts are skipped; Axon runs without a quota.
 // The servers run outside any cgroup: the point is what the key count
 // does to memory.
@@ -56,7 +56,7 @@ func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	}
 	switch r.sys.name {
 	case "etcd":
-		s.etcdQuota, res.EtcdQuotaBytes = o.KeysEtcdQuota, o.KeysEtcdQuota
+		s.etcdQuota, res.EtcdQuotaBytes = o.EtcdQuota, o.EtcdQuota
 	case "axon":
 		// Axon's default quota is etcd's 2 GiB; the point is to go past it.
 		s.extra = append(slices.Clone(s.extra), "--quota-backend-bytes=-1")

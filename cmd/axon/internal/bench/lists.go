@@ -55,7 +55,7 @@ type ListsResult struct {
 func (r *runner) lists(ctx context.Context) (*ListsResult, error) {
 	o := r.o.Scale
 	res := &ListsResult{MemoryLimitBytes: o.MemoryLimit, ListsWanted: o.Listers * o.ListRounds}
-	s, mem, clis, done, err := r.startInCgroup(ctx, "lists")
+	s, mem, clis, done, err := r.startInCgroup(ctx, "lists", nil)
 	if err != nil {
 		return nil, err
 	}

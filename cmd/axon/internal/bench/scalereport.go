@@ -38,15 +38,15 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(rep.Churn) > 0 {
-		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s\n",
-			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, inCgroup(o.MemoryLimit))
+		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s; etcd's quota %s\n",
+			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, inCgroup(o.MemoryLimit), fmtBytes(o.EtcdQuota))
 		if err := rep.table(w, churnMetrics(rep.Churn)); err != nil {
 			return err
 		}
 	}
 	if len(rep.Keys) > 0 {
 		fmt.Fprintf(w, "\nkeys: objects of %d B in namespaces of %s, loaded to %v keys in turn; at each: %d point gets, %d paginated lists of a namespace, a physical compaction, a restart; outside any cgroup; etcd's quota %s\n",
-			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, fmtBytes(o.KeysEtcdQuota))
+			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, fmtBytes(o.EtcdQuota))
 		if err := rep.table(w, keysMetrics(rep.Keys, o.KeysCounts)); err != nil {
 			return err
 		}

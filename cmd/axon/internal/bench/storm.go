@@ -79,7 +79,7 @@ type stormer struct {
 func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 	o := r.o.Scale
 	res := &StormResult{MemoryLimitBytes: o.MemoryLimit, Clients: o.StormClients}
-	s, mem, clis, done, err := r.startInCgroup(ctx, "storm")
+	s, mem, clis, done, err := r.startInCgroup(ctx, "storm", nil)
 	if err != nil {
 		return nil, err
 	}
