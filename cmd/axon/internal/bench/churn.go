@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -141,6 +142,8 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 				err := r.churnOp(wctx, cli, wk, shares[g], key)
 				took := time.Since(t0)
 				switch {
+				case errors.Is(err, errNoKey):
+					continue // not an op: the next draws again
 				case err != nil && (wctx.Err() != nil || !s.running()):
 					return
 				case err != nil && d:
@@ -244,6 +247,10 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	return res, nil
 }
 
+// errNoKey is an op drawn with no key of its kind (no object left to
+// update or delete): not a write, and not timed.
+var errNoKey = errors.New("no key for this op")
+
 // churnOp does one write of w's share: update, delete or create by CAS on
 // the revision w knows. After a lost compare or an error of unknown
 // outcome it reads the key again.
@@ -267,7 +274,7 @@ func (r *runner) churnOp(ctx context.Context, cli *clientv3.Client, wk *worker, 
 		}
 	}
 	if k < 0 {
-		return nil // that kind of op has no key now; the next draws again
+		return errNoKey
 	}
 	octx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
 	defer cancel()
