@@ -9,22 +9,32 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/axon-kv/axon/cmd/axon/internal/bench"
 )
 
 type benchFlags struct {
-	quick    bool
-	scale    string
-	jsonPath string
-	tikv     tikvBenchFlags
+	quick     bool
+	scale     string
+	memoryMiB int64
+	jsonPath  string
+	tikv      tikvBenchFlags
 }
 
 func benchCmd() *cobra.Command {
+	cmd, _, _ := newBenchCmd()
+	return cmd
+}
+
+// newBenchCmd returns the command and what its flags fill in.
+func newBenchCmd() (*cobra.Command, *benchFlags, *bench.Options) {
 	var (
 		f benchFlags
 		o = bench.Default()
@@ -36,7 +46,18 @@ func benchCmd() *cobra.Command {
 fsync on), each in its own process on 127.0.0.1 and a fresh data dir, drives
 both with the same clientv3 workloads and prints one table with the ratios
 Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
---scale 1m adds peak RSS and restart time with one million keys.`,
+--scale 1m adds peak RSS and restart time with one million keys.
+
+--scale lists runs instead the scale scenarios of issue 25, each system in
+a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
+16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create;
+storm is 5,000 clients connecting at once, each listing and watching its
+namespace, while 64 clients create in the namespaces; churn is 30 minutes of
+create/update/delete over 100,000 objects with a compaction every 5 minutes,
+then a defragmentation under the same writes; keys loads 0.1, 1, 3 and 10
+million keys of 1 KiB (etcd up to its 8 GiB quota) and measures gets,
+namespace lists, compaction, restart, memory and disk at each.
+With --quick each scenario takes well under a minute per system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
 	}
@@ -73,14 +94,36 @@ Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
 	fl.StringArrayVar(&o.AxonFlags, "axon-flag", nil, "a flag to add to every axon serve, e.g. --axon-flag=--memory-budget-bytes=268435456 (repeatable)")
 	fl.BoolVar(&o.TLS, "tls", false, "serve both systems' clients over TLS (a self-signed certificate made for the run)")
 	fl.BoolVar(&f.quick, "quick", false, "a smoke configuration of seconds (flags given explicitly still apply)")
-	fl.StringVar(&f.scale, "scale", "", "1m: add memory (peak RSS) and restart with one million keys")
+	fl.StringVar(&f.scale, "scale", "", fmt.Sprintf("1m: add memory (peak RSS) and restart with one million keys; or scale scenarios instead of the workloads, of %v", bench.AllScales))
+	sc := &o.Scale
+	fl.Int64Var(&f.memoryMiB, "memory-limit-mib", sc.MemoryLimit>>20, "scale scenarios: memory cgroup limit of each server in MiB (0: no cgroup)")
+	fl.DurationVar(&sc.Before, "scale-before", sc.Before, "scale scenarios: writes alone before the expensive part (the baseline write p99)")
+	fl.DurationVar(&sc.MaxTime, "scale-time", sc.MaxTime, "scale scenarios: time bound of the expensive part per system")
+	fl.IntVar(&sc.Writers, "scale-writers", sc.Writers, "scale scenarios: concurrent writers")
+	fl.IntVar(&sc.MaxWrites, "scale-max-writes", sc.MaxWrites, "scale scenarios: writes per system (upper bound)")
+	fl.IntVar(&sc.ListObjects, "lists-objects", sc.ListObjects, "lists: objects in the listed prefix")
+	fl.IntVar(&sc.ListObjectSize, "lists-object-size", sc.ListObjectSize, "lists: bytes per object and per write")
+	fl.IntVar(&sc.Listers, "listers", sc.Listers, "lists: concurrent unpaginated lists")
+	fl.IntVar(&sc.ListRounds, "list-rounds", sc.ListRounds, "lists: lists per lister")
+	fl.IntVar(&sc.StormClients, "storm-clients", sc.StormClients, "storm: clients that connect at once")
+	fl.IntVar(&sc.StormObjects, "storm-objects", sc.StormObjects, "storm: objects in each client's namespace")
+	fl.DurationVar(&sc.StormAfter, "storm-after", sc.StormAfter, "storm: writes after every client is in, for write p99 to recover")
+	fl.IntVar(&sc.ChurnObjects, "churn-objects", sc.ChurnObjects, "churn: objects churned")
+	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
+	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
+	fl.IntSliceVar(&sc.KeysCounts, "keys-counts", sc.KeysCounts, "keys: key counts measured at, ascending")
+	fl.Int64Var(&sc.EtcdQuota, "etcd-quota-bytes", sc.EtcdQuota, "churn and keys: etcd's backend quota (its recommended maximum; its default is 2 GiB)")
+	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
+	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
+	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
-	return cmd
+	return cmd, &f, &o
 }
 
 // quickFlags copies Quick's value of each flag the user did not set.
 var quickFlags = map[string]func(dst, src *bench.Options){
+	"runs":         func(d, s *bench.Options) { d.Runs = s.Runs },
 	"workloads":    func(d, s *bench.Options) { d.Workloads = s.Workloads },
 	"clients":      func(d, s *bench.Options) { d.Clients = s.Clients },
 	"ops":          func(d, s *bench.Options) { d.Ops = s.Ops },
@@ -99,23 +142,58 @@ var quickFlags = map[string]func(dst, src *bench.Options){
 	"restart-keys": func(d, s *bench.Options) { d.RestartKeys = s.RestartKeys },
 	"restart-reps": func(d, s *bench.Options) { d.RestartReps = s.RestartReps },
 	"load-clients": func(d, s *bench.Options) { d.LoadClients = s.LoadClients },
+
+	"memory-limit-mib": func(d, s *bench.Options) { d.Scale.MemoryLimit = s.Scale.MemoryLimit },
+	"scale-before":     func(d, s *bench.Options) { d.Scale.Before = s.Scale.Before },
+	"scale-time":       func(d, s *bench.Options) { d.Scale.MaxTime = s.Scale.MaxTime },
+	"scale-writers":    func(d, s *bench.Options) { d.Scale.Writers = s.Scale.Writers },
+	"scale-max-writes": func(d, s *bench.Options) { d.Scale.MaxWrites = s.Scale.MaxWrites },
+	"lists-objects":    func(d, s *bench.Options) { d.Scale.ListObjects = s.Scale.ListObjects },
+	"listers":          func(d, s *bench.Options) { d.Scale.Listers = s.Scale.Listers },
+	"list-rounds":      func(d, s *bench.Options) { d.Scale.ListRounds = s.Scale.ListRounds },
+	"storm-clients":    func(d, s *bench.Options) { d.Scale.StormClients = s.Scale.StormClients },
+	"storm-after":      func(d, s *bench.Options) { d.Scale.StormAfter = s.Scale.StormAfter },
+	"churn-objects":    func(d, s *bench.Options) { d.Scale.ChurnObjects = s.Scale.ChurnObjects },
+	"churn-time":       func(d, s *bench.Options) { d.Scale.ChurnTime = s.Scale.ChurnTime },
+	"churn-window":     func(d, s *bench.Options) { d.Scale.ChurnWindow = s.Scale.ChurnWindow },
+	"keys-counts":      func(d, s *bench.Options) { d.Scale.KeysCounts = s.Scale.KeysCounts },
+	"keys-namespace":   func(d, s *bench.Options) { d.Scale.KeysNamespace = s.Scale.KeysNamespace },
+	"keys-gets":        func(d, s *bench.Options) { d.Scale.KeysGets = s.Scale.KeysGets },
+	"keys-lists":       func(d, s *bench.Options) { d.Scale.KeysLists = s.Scale.KeysLists },
 }
 
-func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
+// benchOptions applies --quick (Quick's value of each flag not given),
+// --memory-limit-mib and --scale to o.
+func benchOptions(fl *pflag.FlagSet, f benchFlags, o bench.Options) (bench.Options, error) {
 	if f.quick {
 		q := bench.Quick()
 		for name, set := range quickFlags {
-			if !cmd.Flags().Changed(name) {
+			if !fl.Changed(name) {
 				set(&o, &q)
 			}
 		}
 	}
-	switch f.scale {
-	case "":
-	case "1m":
-		o.Scale1M()
-	default:
-		return fmt.Errorf("--scale %q: want 1m", f.scale)
+	if fl.Changed("memory-limit-mib") {
+		o.Scale.MemoryLimit = f.memoryMiB << 20
+	}
+	for s := range strings.SplitSeq(f.scale, ",") {
+		switch {
+		case s == "":
+		case s == "1m":
+			o.Scale1M()
+		case slices.Contains(bench.AllScales, s):
+			o.Scale.Scenarios = append(o.Scale.Scenarios, s)
+		default:
+			return o, fmt.Errorf("--scale %q: want 1m or some of %v", s, bench.AllScales)
+		}
+	}
+	return o, nil
+}
+
+func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
+	o, err := benchOptions(cmd.Flags(), f, o)
+	if err != nil {
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -127,6 +205,13 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	defer stop()
 	if f.tikv.store != "" {
 		return runTiKVBench(ctx, cmd, f, o)
+	}
+	if len(o.Scale.Scenarios) > 0 {
+		rep, err := bench.RunScale(ctx, o)
+		if rep != nil {
+			err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
+		}
+		return err
 	}
 	rep, err := bench.Run(ctx, o)
 	if rep != nil {

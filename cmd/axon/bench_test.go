@@ -24,23 +24,8 @@ func TestBenchQuickMeasuresBothSystems(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--json", out, "--work-dir", t.TempDir())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("bench --quick took %v\n%s", time.Since(t0).Round(time.Millisecond), stdout.String())
-
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("results JSON: %v", err)
-	}
+	runBenchCLI(t, ctx, bin, out, &rep, "--quick")
 	seen := map[string]bool{}
 	for _, r := range rep.Rows {
 		seen[r.Workload] = true
@@ -66,4 +51,26 @@ func TestBenchQuickMeasuresBothSystems(t *testing.T) {
 			t.Errorf("no row for %s", w)
 		}
 	}
+}
+
+// runBenchCLI runs `axon bench` with args, writing its JSON to out, and
+// decodes that into rep; it returns the table.
+func runBenchCLI(t *testing.T, ctx context.Context, bin, out string, rep any, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"bench", "--json", out, "--work-dir", t.TempDir()}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, stdout.String(), stderr.String())
+	}
+	t.Logf("bench %v took %v\n%s", args, time.Since(t0).Round(time.Millisecond), stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, rep); err != nil {
+		t.Fatalf("results JSON: %v", err)
+	}
+	return stdout.String()
 }

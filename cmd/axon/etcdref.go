@@ -17,6 +17,7 @@ import (
 type etcdRefFlags struct {
 	dataDir, listenClient, listenPeer, logFile string
 	certFile, keyFile                          string
+	quotaBytes                                 int64
 }
 
 // etcdRefCmd runs a real etcd (embedded, etcd's defaults, one member) as
@@ -39,6 +40,7 @@ func etcdRefCmd() *cobra.Command {
 	fl.StringVar(&f.logFile, "log-file", "stderr", "where etcd's log goes")
 	fl.StringVar(&f.certFile, "cert-file", "", "certificate of an https client URL")
 	fl.StringVar(&f.keyFile, "key-file", "", "key of --cert-file")
+	fl.Int64Var(&f.quotaBytes, "quota-backend-bytes", 0, "etcd's backend quota (0: etcd's default, 2 GiB; etcd recommends at most 8 GiB)")
 	return cmd
 }
 
@@ -65,6 +67,7 @@ func runEtcdRef(ctx context.Context, f etcdRefFlags) error {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogOutputs = []string{f.logFile}
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: f.certFile, KeyFile: f.keyFile}
+	cfg.QuotaBackendBytes = f.quotaBytes
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	e, err := embed.StartEtcd(cfg)

@@ -49,6 +49,27 @@
 // Preloads are outside the timed part. A workload ends when it has done its
 // op count or its time is up, whichever is first; ops in flight finish.
 //
+// # Scale scenarios
+//
+// `--scale lists,storm,churn,keys` runs instead the scenarios of issue 25,
+// where etcd is known to break, one system fully before the other
+// (RunScale, ScaleReport): each reports one system's outcome as a table of
+// metrics with the ratio Axon/etcd. lists, storm and churn put each server
+// in a memory cgroup of the same limit (cgroup v1 or v2; needs root) and
+// treat a server the kernel kills as an outcome, read from the group's
+// oom_kill count: requests in flight then count as failed ("server gone"),
+// those not begun as not run.
+//
+//   - lists: unpaginated Ranges of a large prefix from many clients at once
+//     under creates; a refusal with a retryable code is retried, as a
+//     reflector relists.
+//   - storm: thousands of clients connect at once, list their namespace and
+//     watch it from the list's revision under creates; every watcher must
+//     get every acknowledged write after its list.
+//   - churn: CAS updates, deletes and creates with a compaction per window,
+//     then a defragmentation under the same writes.
+//   - keys: the same server loaded to growing key counts, measured at each.
+//
 // # Measurements
 //
 // Per workload and system: ops/s, p50 and p99 latency (from every sample),

@@ -76,6 +76,10 @@ type Options struct {
 	// made for the run) and has the clients dial them so.
 	TLS bool
 
+	// Scale configures the scale scenarios (issue 25), which run instead
+	// of the workloads when it names any.
+	Scale ScaleOptions
+
 	// AxonFlags are added to every `axon serve` the run starts.
 	AxonFlags []string
 
@@ -112,6 +116,7 @@ func Default() Options {
 		RestartReps:    3,
 		LoadClients:    64,
 		LoadBatch:      100,
+		Scale:          DefaultScale(),
 	}
 }
 
@@ -137,6 +142,7 @@ func Quick() Options {
 	o.RestartKeys = []int{1000}
 	o.RestartReps = 2
 	o.LoadClients = 8
+	o.Scale = QuickScale()
 	return o
 }
 

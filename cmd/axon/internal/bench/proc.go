@@ -41,6 +41,9 @@ var systems = map[string]system{
 		a := []string{"etcd-reference", "--data-dir", s.dir,
 			"--listen-client-urls", s.clientURL(), "--listen-peer-urls", "http://" + s.peer,
 			"--log-file", s.logPath}
+		if s.etcdQuota > 0 {
+			a = append(a, "--quota-backend-bytes", strconv.FormatInt(s.etcdQuota, 10))
+		}
 		return append(a, s.tlsArgs()...)
 	}},
 }
@@ -52,8 +55,10 @@ type server struct {
 	bin, dir, logPath     string
 	client, peer, metrics string
 	pprof                 bool
-	tls                   *tlsFiles // nil: plaintext
-	extra                 []string  // more flags of axon serve
+	tls                   *tlsFiles  // nil: plaintext
+	extra                 []string   // more flags of axon serve
+	cg                    *memCgroup // nil: not in a memory cgroup
+	etcdQuota             int64      // etcd's backend quota; 0: its default
 
 	cmd    *exec.Cmd
 	logf   *os.File
@@ -91,6 +96,9 @@ func (s *server) start() error {
 		return fmt.Errorf("open server log: %w", err)
 	}
 	cmd := exec.Command(s.bin, s.sys.args(s)...)
+	if s.cg != nil {
+		cmd = s.cg.command(s.bin, s.sys.args(s)...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// A server outliving a killed benchmark would hold its port and disk.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -117,6 +125,17 @@ func (s *server) running() bool {
 		return false
 	default:
 		return true
+	}
+}
+
+// died reports whether the process has exited or does within a second:
+// a request can fail on a killed server before its exit is reaped.
+func (s *server) died() bool {
+	select {
+	case <-s.exited:
+		return true
+	case <-time.After(time.Second):
+		return false
 	}
 }
 
