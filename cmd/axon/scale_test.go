@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+	"github.com/axon-kv/axon/internal/cgroup"
 )
 
 // runScaleQuick runs `axon bench --scale <scenario> --quick` on both
@@ -22,7 +23,7 @@ func runScaleQuick(t *testing.T, scenario string, inCgroup bool) (*bench.ScaleRe
 	switch {
 	case !inCgroup:
 		args = append(args, "--memory-limit-mib", "0")
-	case !bench.CgroupAvailable():
+	case !cgroup.Available():
 		t.Skip("needs root and a cgroup memory controller")
 	}
 	bin := buildAxon(t)

@@ -19,6 +19,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/axon-kv/axon/internal/cgroup"
 )
 
 // system says how to run one kind of server from the axon binary.
@@ -55,10 +57,10 @@ type server struct {
 	bin, dir, logPath     string
 	client, peer, metrics string
 	pprof                 bool
-	tls                   *tlsFiles  // nil: plaintext
-	extra                 []string   // more flags of axon serve
-	cg                    *memCgroup // nil: not in a memory cgroup
-	etcdQuota             int64      // etcd's backend quota; 0: its default
+	tls                   *tlsFiles     // nil: plaintext
+	extra                 []string      // more flags of axon serve
+	cg                    *cgroup.Group // nil: not in a memory cgroup
+	etcdQuota             int64         // etcd's backend quota; 0: its default
 
 	cmd    *exec.Cmd
 	logf   *os.File
@@ -97,7 +99,7 @@ func (s *server) start() error {
 	}
 	cmd := exec.Command(s.bin, s.sys.args(s)...)
 	if s.cg != nil {
-		cmd = s.cg.command(s.bin, s.sys.args(s)...)
+		cmd = s.cg.Command(s.bin, s.sys.args(s)...)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// A server outliving a killed benchmark would hold its port and disk.

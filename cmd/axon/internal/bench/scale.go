@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/axon-kv/axon/internal/cgroup"
 )
 
 // Scale scenarios (issue 25): where etcd is known to break.
@@ -129,8 +131,8 @@ func (o *ScaleOptions) validate() error {
 		len(o.KeysCounts) == 0 || !slices.IsSorted(o.KeysCounts) || o.KeysCounts[0] < 1 || o.KeysNamespace < 1 || o.KeysGets < 1 || o.KeysLists < 1 {
 		return fmt.Errorf("scale: list objects, object size, listers, rounds, storm clients, objects and time after, churn objects and window, keys counts (ascending), namespace, gets and lists must be positive; churn time at least a window")
 	}
-	if o.MemoryLimit > 0 && !CgroupAvailable() {
-		return fmt.Errorf("scale: a %d MiB limit needs a memory cgroup: %w (or give a limit of 0)", o.MemoryLimit>>20, ErrNoCgroup)
+	if o.MemoryLimit > 0 && !cgroup.Available() {
+		return fmt.Errorf("scale: a %d MiB limit needs a memory cgroup: %w (or give a limit of 0)", o.MemoryLimit>>20, cgroup.ErrUnavailable)
 	}
 	return nil
 }
@@ -219,9 +221,9 @@ func (r *runner) startInCgroup(ctx context.Context, name string, setup func(*ser
 	if setup != nil {
 		setup(s)
 	}
-	var cg *memCgroup
+	var cg *cgroup.Group
 	if r.o.Scale.MemoryLimit > 0 {
-		if cg, err = newMemCgroup("axon-bench-"+r.sys.name, r.o.Scale.MemoryLimit); err != nil {
+		if cg, err = cgroup.New("axon-bench-"+r.sys.name, r.o.Scale.MemoryLimit); err != nil {
 			return nil, nil, nil, nil, err
 		}
 		s.cg = cg
@@ -232,7 +234,7 @@ func (r *runner) startInCgroup(ctx context.Context, name string, setup func(*ser
 			r.log.Warn("stop", "err", err)
 		}
 		if cg != nil {
-			if err := cg.remove(); err != nil {
+			if err := cg.Remove(); err != nil {
 				r.log.Warn("cgroup", "err", err)
 			}
 		}
@@ -265,11 +267,11 @@ func (r *runner) readFate(s *server, m *memSampler) (fate, error) {
 		f.Exited = fmt.Sprint(s.err)
 	}
 	if s.cg != nil {
-		n, err := s.cg.oomKills()
+		n, err := s.cg.OOMKills()
 		if err != nil {
 			return f, err
 		}
-		f.OOMKills, f.CgroupPeakBytes = n, s.cg.peak()
+		f.OOMKills, f.CgroupPeakBytes = n, s.cg.Peak()
 	}
 	return f, nil
 }

@@ -1,4 +1,8 @@
-package bench
+// Package cgroup makes memory-limited control groups, on cgroup v1 or v2
+// as the machine mounts them, and starts processes in them: how a
+// Kubernetes pod's limits.memory looks from inside. The benchmark's scale
+// scenarios and the tests (through cgrouptest) use it.
+package cgroup
 
 import (
 	"errors"
@@ -11,21 +15,19 @@ import (
 	"time"
 )
 
-// memCgroup is a memory-limited control group a server runs in, the way
-// a pod's limits.memory holds it. cgrouptest does the same for tests; the
-// benchmark needs it outside a testing.T.
-type memCgroup struct {
+// Group is a memory-limited control group.
+type Group struct {
 	dir string
 	v2  bool
 }
 
-// ErrNoCgroup means a memory cgroup cannot be made here: not root, or no
-// memory controller mounted.
-var ErrNoCgroup = errors.New("no memory cgroup: needs root and a mounted memory controller")
+// ErrUnavailable means a memory cgroup cannot be made here: not root, or
+// no memory controller mounted.
+var ErrUnavailable = errors.New("no memory cgroup: needs root and a mounted memory controller")
 
-// cgroupRoot is where a new group goes: the v2 hierarchy, else v1's
+// root is where a new group goes: the v2 hierarchy, else v1's
 // memory controller, else "".
-func cgroupRoot() (dir string, v2 bool) {
+func root() (dir string, v2 bool) {
 	if os.Geteuid() != 0 {
 		return "", false
 	}
@@ -38,20 +40,20 @@ func cgroupRoot() (dir string, v2 bool) {
 	return "", false
 }
 
-// CgroupAvailable reports whether the scale scenarios can put servers in
-// memory cgroups on this machine.
-func CgroupAvailable() bool {
-	dir, _ := cgroupRoot()
+// Available reports whether memory cgroups can be made here.
+func Available() bool {
+	dir, _ := root()
 	return dir != ""
 }
 
-// newMemCgroup makes a group named name limited to limit bytes.
-func newMemCgroup(name string, limit int64) (*memCgroup, error) {
-	root, v2 := cgroupRoot()
-	if root == "" {
-		return nil, ErrNoCgroup
+// New makes a group named after name limited to limit bytes; Remove
+// removes it.
+func New(name string, limit int64) (*Group, error) {
+	r, v2 := root()
+	if r == "" {
+		return nil, ErrUnavailable
 	}
-	g := &memCgroup{dir: filepath.Join(root, fmt.Sprintf("%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())), v2: v2}
+	g := &Group{dir: filepath.Join(r, fmt.Sprintf("%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())), v2: v2}
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("make cgroup: %w", err)
 	}
@@ -66,9 +68,9 @@ func newMemCgroup(name string, limit int64) (*memCgroup, error) {
 	return g, nil
 }
 
-// command runs bin inside the group: a shell moves itself in and execs
-// bin, so that no allocation of the server happens outside.
-func (g *memCgroup) command(bin string, args ...string) *exec.Cmd {
+// Command runs bin inside the group: a shell moves itself in and execs
+// bin, so that no allocation of the process happens outside.
+func (g *Group) Command(bin string, args ...string) *exec.Cmd {
 	var b strings.Builder
 	for _, a := range append([]string{bin}, args...) {
 		b.WriteString(" '" + strings.ReplaceAll(a, "'", `'\''`) + "'")
@@ -76,9 +78,9 @@ func (g *memCgroup) command(bin string, args ...string) *exec.Cmd {
 	return exec.Command("/bin/sh", "-c", fmt.Sprintf("echo $$ > '%s' && exec%s", filepath.Join(g.dir, "cgroup.procs"), b.String()))
 }
 
-// oomKills is how many processes the kernel killed in the group for want
+// OOMKills is how many processes the kernel killed in the group for want
 // of memory.
-func (g *memCgroup) oomKills() (int, error) {
+func (g *Group) OOMKills() (int, error) {
 	file := "memory.oom_control"
 	if g.v2 {
 		file = "memory.events"
@@ -87,10 +89,10 @@ func (g *memCgroup) oomKills() (int, error) {
 	return int(v), err
 }
 
-// peak is the group's highest charge so far, page cache included (the
+// Peak is the group's highest charge so far, page cache included (the
 // kernel reclaims that before it kills); 0 where the kernel keeps none
 // (v2 before Linux 5.19).
-func (g *memCgroup) peak() int64 {
+func (g *Group) Peak() int64 {
 	file := "memory.max_usage_in_bytes"
 	if g.v2 {
 		file = "memory.peak"
@@ -104,7 +106,7 @@ func (g *memCgroup) peak() int64 {
 }
 
 // field reads "name value" from a flat-keyed cgroup file.
-func (g *memCgroup) field(file, name string) (int64, error) {
+func (g *Group) field(file, name string) (int64, error) {
 	b, err := os.ReadFile(filepath.Join(g.dir, file))
 	if err != nil {
 		return 0, err
@@ -117,8 +119,8 @@ func (g *memCgroup) field(file, name string) (int64, error) {
 	return 0, fmt.Errorf("no %s in %s", name, file)
 }
 
-// remove kills what is left in the group and removes it.
-func (g *memCgroup) remove() error {
+// Remove kills what is left in the group and removes it.
+func (g *Group) Remove() error {
 	var err error
 	for range 50 {
 		b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
