@@ -1350,3 +1350,35 @@ func TestALeaseOfEtcdsLongestTTLOutlivesAWallClock(t *testing.T) {
 		t.Fatalf("leases an hour after a grant of %d s: %v", core.MaxLeaseTTL, got)
 	}
 }
+
+// TestALeaseExistsUntilItsRevokeCommits: while a client's revoke is in
+// flight the lease still exists, as in etcd, so a keepalive renews it and
+// TimeToLive describes it; once the revoke commits both say it is gone.
+// An expired lease's revoke is not so: its keepalive fails at once.
+func TestALeaseExistsUntilItsRevokeCommits(t *testing.T) {
+	s := newScene(t, core.Config{})
+	now := time.Duration(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
+	s.node.Tick(now)
+	s.node.Grant(1, 7, 10)
+	s.node.Grant(2, 8, 10)
+	s.settle()
+	s.node.Revoke(3, 7)
+	if ttl, err := s.node.KeepAlive(7, now); err != nil || ttl != 10 {
+		t.Fatalf("keepalive while its revoke is in flight: %d, %v; want 10", ttl, err)
+	}
+	if info, err := s.node.TimeToLive(7, now); err != nil || info.GrantedTTL != 10 {
+		t.Fatalf("time to live while its revoke is in flight: %+v, %v", info, err)
+	}
+	s.settle()
+	if err := s.resp(3).Err; err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if _, err := s.node.KeepAlive(7, now); !errors.Is(err, core.ErrLeaseNotFound) {
+		t.Fatalf("keepalive after its revoke committed: %v, want ErrLeaseNotFound", err)
+	}
+	s.node.Tick(now + 11*time.Second) // lease 8 expires: its revoke is dealt
+	if _, err := s.node.KeepAlive(8, now+11*time.Second); !errors.Is(err, core.ErrLeaseNotFound) {
+		t.Fatalf("keepalive of an expired lease whose revoke is in flight: %v, want ErrLeaseNotFound", err)
+	}
+	s.settle()
+}

@@ -45,8 +45,13 @@ type lease struct {
 	// busy: a grant or revoke of the lease is in flight. Requests that
 	// use the lease meanwhile are parked until it ends, so that their
 	// answer is ordered after it.
-	busy   bool
-	parked []parkedRequest
+	busy bool
+	// revoking: the busy lease is being revoked at a client's request.
+	// Until that commits the lease exists, as in etcd: keepalives renew
+	// it and TimeToLive describes it (an expiry's revoke is not so: the
+	// lease's time is up).
+	revoking bool
+	parked   []parkedRequest
 	keys   map[string]struct{}
 }
 
@@ -78,8 +83,10 @@ func newLeases(st []LeaseState) leases {
 // revoked.
 func (l *lease) live() bool { return !l.busy }
 
-func (ls *leases) live(id int64) *lease {
-	if l := ls.byID[id]; l != nil && !l.busy {
+// existing returns the lease a keepalive or TimeToLive may see: granted,
+// and not expired (a client's revoke in flight has not ended it yet).
+func (ls *leases) existing(id int64) *lease {
+	if l := ls.byID[id]; l != nil && (!l.busy || l.revoking) {
 		return l
 	}
 	return nil
@@ -210,14 +217,14 @@ func (n *Node) Revoke(id RequestID, leaseID int64) {
 		l.parked = append(l.parked, parkedRequest{id: id, revoke: leaseID})
 		return
 	}
-	l.busy = true
+	l.busy, l.revoking = true, id != 0
 	// Its keys are known only when it runs: it latches every key.
 	n.admit(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true}, true)
 }
 
 // KeepAlive renews a lease from now and returns its TTL in seconds.
 func (n *Node) KeepAlive(leaseID int64, now time.Duration) (int64, error) {
-	l := n.leases.live(leaseID)
+	l := n.leases.existing(leaseID)
 	if l == nil {
 		return 0, ErrLeaseNotFound
 	}
@@ -227,7 +234,7 @@ func (n *Node) KeepAlive(leaseID int64, now time.Duration) (int64, error) {
 
 // TimeToLive describes a lease as of now.
 func (n *Node) TimeToLive(leaseID int64, now time.Duration) (LeaseInfo, error) {
-	l := n.leases.live(leaseID)
+	l := n.leases.existing(leaseID)
 	if l == nil {
 		return LeaseInfo{}, ErrLeaseNotFound
 	}
@@ -302,7 +309,7 @@ func (n *Node) abandonLease(op *LeaseOp) {
 		return
 	}
 	if op.Revoke {
-		l.busy = false
+		l.busy, l.revoking = false, false
 		n.unpark(l, false)
 		return
 	}
