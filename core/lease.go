@@ -52,7 +52,7 @@ type lease struct {
 	// lease's time is up).
 	revoking bool
 	parked   []parkedRequest
-	keys   map[string]struct{}
+	keys     map[string]struct{}
 }
 
 // parkedRequest waits for a lease's grant or revoke to end.
