@@ -53,6 +53,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkLeaseDeadlines(); err != nil {
 		return err
 	}
+	if err := w.checkLeaseLife(); err != nil {
+		return err
+	}
 	if err := w.checkOracle(evs); err != nil {
 		return err
 	}

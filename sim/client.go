@@ -305,6 +305,9 @@ func (c *client) next() input {
 		}
 		return input{kind: opGrant, ttl: ttl}
 	case 7:
+		if len(w.leasePool) > 0 && w.chance(0.3) {
+			return input{kind: opKeepAlive, lease: w.leasePool[w.rng.IntN(len(w.leasePool))]}
+		}
 		if len(c.leases) > 0 {
 			return input{kind: opKeepAlive, lease: c.leases[w.rng.IntN(len(c.leases))]}
 		}
@@ -433,6 +436,7 @@ func (c *client) learn(cl *call) {
 	switch cl.in.kind {
 	case opGrant:
 		c.leases = append(c.leases, cl.lease.id)
+		c.w.leasePool = append(c.w.leasePool, cl.lease.id)
 	case opRange:
 		r := cl.resp.GetResponseRange()
 		for _, kv := range r.Kvs {

@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/axon-kv/axon/core"
 )
 
 // expired is a lease expiry the engine surely applied, and when.
@@ -17,6 +20,19 @@ type expired struct {
 // between members, whichever leader expired it (a successor restores
 // leases with their full TTL, as etcd does on a leader change).
 func (w *World) checkLeaseDeadlines() error {
+	floor := w.leaseFloors()
+	for _, e := range w.expired {
+		if f, ok := floor[e.lease]; ok && e.at < f-maxDrift {
+			return fmt.Errorf("lease %d expired by %s at %v, before %v: its TTL from the last grant or keepalive, less the drift bound %v", e.lease, e.by, e.at, f, maxDrift)
+		}
+	}
+	return nil
+}
+
+// leaseFloors returns, per lease, the latest end of a TTL that ran from
+// the start of a successful grant or keepalive: no expiry comes before it
+// (less the drift bound).
+func (w *World) leaseFloors() map[int64]time.Duration {
 	floor := map[int64]time.Duration{}
 	for _, cl := range w.hist.calls {
 		if cl.status != answered || cl.err != nil || cl.lease.ttl <= 0 {
@@ -31,9 +47,33 @@ func (w *World) checkLeaseDeadlines() error {
 		}
 		floor[id] = max(floor[id], cl.start+time.Duration(cl.lease.ttl)*time.Second)
 	}
-	for _, e := range w.expired {
-		if f, ok := floor[e.lease]; ok && e.at < f-maxDrift {
-			return fmt.Errorf("lease %d expired by %s at %v, before %v: its TTL from the last grant or keepalive, less the drift bound %v", e.lease, e.by, e.at, f, maxDrift)
+	return floor
+}
+
+// checkLeaseLife: a keepalive answers "lease not found" only once the
+// lease may be gone: its time may be up (its TTL has run from its last
+// grant or keepalive, less the drift bound), or a client's revoke of it
+// has committed (maybe uncertainly). Until then the lease exists, as in
+// etcd, even while a revoke of it is in flight. (Once its time is up
+// Axon answers "not found" while the expiry's revoke is in flight, where
+// etcd waits for that revoke.)
+func (w *World) checkLeaseLife() error {
+	ends := map[int64]time.Duration{} // earliest commit of a client's revoke
+	for _, r := range w.revokes {
+		if e, ok := ends[r.lease]; !ok || r.at < e {
+			ends[r.lease] = r.at
+		}
+	}
+	floor := w.leaseFloors()
+	for _, cl := range w.hist.calls {
+		if cl.in.kind != opKeepAlive || cl.status != answered || !errors.Is(cl.err, core.ErrLeaseNotFound) {
+			continue
+		}
+		if f, ok := floor[cl.in.lease]; !ok || cl.end >= f-maxDrift {
+			continue // never granted here, or its time may be up
+		}
+		if e, ok := ends[cl.in.lease]; !ok || e > cl.end {
+			return fmt.Errorf("keepalive of lease %d (call %d) answered %v at %v, before any revoke of it committed", cl.in.lease, cl.id, cl.err, cl.end)
 		}
 	}
 	return nil

@@ -257,6 +257,9 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 				n.w.expired = append(n.w.expired, expired{lease: wk.Lease.ID, at: n.w.now, by: n.id()})
 			}
 		}
+		if wk.Kind == core.WorkRequest && wk.ID != 0 && wk.Lease != nil && wk.Lease.Revoke && out != core.NotApplied {
+			n.w.revokes = append(n.w.revokes, expired{lease: wk.Lease.ID, at: n.w.now, by: n.id()})
+		}
 		if out != core.NotApplied {
 			n.recordAttempts(wk, eff)
 		}

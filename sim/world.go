@@ -67,6 +67,13 @@ type World struct {
 	expiries []expiry
 	// expiryAttempts are lease expiries committed, maybe uncertainly.
 	expiryAttempts []attempt
+	// leasePool holds every lease a grant answered, for clients that keep
+	// alive a lease another client may be revoking (a lease's keepalive
+	// loop runs on while its revoke is in flight).
+	leasePool []int64
+	// revokes are the commits (maybe uncertain) of clients' lease
+	// revokes: when each lease may have ended.
+	revokes []expired
 	// expired are the lease expiries surely applied.
 	expired []expired
 }
