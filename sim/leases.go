@@ -64,12 +64,31 @@ func (w *World) checkLeaseLife() error {
 			ends[r.lease] = r.at
 		}
 	}
-	floor := w.leaseFloors()
+	type renewal struct{ start, until time.Duration }
+	renewals := map[int64][]renewal{} // successful grants and keepalives
+	for _, cl := range w.hist.calls {
+		if cl.status != answered || cl.err != nil || cl.lease.ttl <= 0 || (cl.in.kind != opGrant && cl.in.kind != opKeepAlive) {
+			continue
+		}
+		id := cl.lease.id
+		if cl.in.kind == opKeepAlive {
+			id = cl.in.lease
+		}
+		renewals[id] = append(renewals[id], renewal{cl.start, cl.start + time.Duration(cl.lease.ttl)*time.Second})
+	}
 	for _, cl := range w.hist.calls {
 		if cl.in.kind != opKeepAlive || cl.status != answered || !errors.Is(cl.err, core.ErrLeaseNotFound) {
 			continue
 		}
-		if f, ok := floor[cl.in.lease]; !ok || cl.end >= f-maxDrift {
+		// Its time is up no earlier than the TTL from the last renewal
+		// begun before this answer.
+		var floor time.Duration
+		for _, r := range renewals[cl.in.lease] {
+			if r.start < cl.end {
+				floor = max(floor, r.until)
+			}
+		}
+		if floor == 0 || cl.end >= floor-maxDrift {
 			continue // never granted here, or its time may be up
 		}
 		if e, ok := ends[cl.in.lease]; !ok || e > cl.end {
