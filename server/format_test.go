@@ -77,14 +77,18 @@ func openFormatStore(t *testing.T, version int) (*badgerkv.Engine, string, *form
 // UpgradeData, and then answers every key at every revision, and its
 // leases, as that binary did; it goes on at the next revision.
 func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
-	for _, version := range []int{1, 2} {
+	for _, version := range []int{1, 2, core.FormatNoAuth} {
 		t.Run(fmt.Sprintf("format %d", version), func(t *testing.T) {
 			eng, _, want := openFormatStore(t, version)
 			cfg := server.Config{MemberID: 1, ClusterID: 2, Name: "test", Exclusive: true}
-			if _, err := server.New(cfg, eng); !errors.Is(err, core.ErrFormat) || !strings.Contains(err.Error(), "--upgrade-data") {
-				t.Fatalf("a format %d store opens without an upgrade: %v", version, err)
+			// Format 3 is format 4 without the auth store: it opens as it
+			// is, and becomes 4 with the first auth change.
+			if version < core.FormatNoAuth {
+				if _, err := server.New(cfg, eng); !errors.Is(err, core.ErrFormat) || !strings.Contains(err.Error(), "--upgrade-data") {
+					t.Fatalf("a format %d store opens without an upgrade: %v", version, err)
+				}
+				cfg.UpgradeData = true
 			}
-			cfg.UpgradeData = true
 			_, cli, _ := serveEngine(t, eng, cfg)
 			ctx := ctxT(t)
 			for _, w := range want.Ranges {
@@ -127,6 +131,14 @@ func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 			put, err := cli.Put(ctx, "after-upgrade", "v")
 			if err != nil || put.Header.Revision != want.Revision+1 {
 				t.Fatalf("the first write after the upgrade: %v, %v; want revision %d", put, err, want.Revision+1)
+			}
+			if version == core.FormatNoAuth {
+				if f := storeFormat(t, eng); f.Version != core.FormatNoAuth {
+					t.Fatalf("a format 3 store with no auth change says %+v", f)
+				}
+				if _, err := cli.UserAdd(ctx, "alice", "secret"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			f := storeFormat(t, eng)
 			if f.Version != core.FormatVersion || f.By != server.BinaryVersion() {
