@@ -825,7 +825,7 @@ func (n *Node) advance() {
 	if n.committed == start {
 		return
 	}
-	n.watch.caughtUp(n.committed)
+	n.watch.wake(n.committed)
 	n.watch.flush(&n.ready)
 	n.releaseHeld()
 }

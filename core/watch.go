@@ -206,7 +206,7 @@ func (ws *watchers) publish(rev int64, events []Event) {
 }
 
 // wake makes live the waiting watchers that start at committed+1 or
-// before.
+// before (live watchers are synced to C by being live).
 func (ws *watchers) wake(committed int64) {
 	if len(ws.waiting) == 0 {
 		return
@@ -219,12 +219,6 @@ func (ws *watchers) wake(committed int64) {
 		ws.goLive(w)
 		return true
 	})
-}
-
-// caughtUp moves waiting watchers whose start has come to C: live
-// watchers are synced to it by being live.
-func (ws *watchers) caughtUp(committed int64) {
-	ws.wake(committed)
 }
 
 // flush moves pending responses with events into rd, in registration
