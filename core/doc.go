@@ -152,9 +152,10 @@
 //  2. Feed inputs to the leader's Node (Member.Node is nil on a
 //     follower): Propose for Put, DeleteRange and Txn; Grant, Revoke and
 //     KeepAlive for leases; Compact and AwaitSweep; AddWatch, CancelWatch
-//     and RequestProgress. Each request but KeepAlive (answered at once)
-//     carries a RequestID the driver chose; its answer, or its validation
-//     error, comes back as a Response with that ID.
+//     and RequestProgress. Each request carries a RequestID the driver
+//     chose; its answer, or its validation error, comes back as a
+//     Response with that ID (a keepalive's at once, unless the lease's
+//     time is up: then once the expiry's revoke commits).
 //  3. Call Ready and act on every output, in order:
 //     - Work: run each item in its own engine transaction — begin,
 //     Evaluate (undealt request work twice, with Deal between when

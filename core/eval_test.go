@@ -1341,7 +1341,9 @@ func TestALeaseOfEtcdsLongestTTLOutlivesAWallClock(t *testing.T) {
 	s.node.Tick(now)
 	s.node.Grant(1, 7, core.MaxLeaseTTL)
 	s.settle()
-	if _, err := s.node.KeepAlive(7, now); err != nil {
+	s.node.KeepAlive(2, 7, now)
+	s.settle()
+	if err := s.resp(2).Err; err != nil {
 		t.Fatalf("keepalive: %v", err)
 	}
 	s.node.Tick(now + time.Hour)
@@ -1354,7 +1356,8 @@ func TestALeaseOfEtcdsLongestTTLOutlivesAWallClock(t *testing.T) {
 // TestALeaseExistsUntilItsRevokeCommits: while a client's revoke is in
 // flight the lease still exists, as in etcd, so a keepalive renews it and
 // TimeToLive describes it; once the revoke commits both say it is gone.
-// An expired lease's revoke is not so: its keepalive fails at once.
+// A lease whose time is up is another matter: its keepalive waits for the
+// expiry's revoke, and is told "not found" only once that commits.
 func TestALeaseExistsUntilItsRevokeCommits(t *testing.T) {
 	s := newScene(t, core.Config{})
 	now := time.Duration(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
@@ -1363,8 +1366,10 @@ func TestALeaseExistsUntilItsRevokeCommits(t *testing.T) {
 	s.node.Grant(2, 8, 10)
 	s.settle()
 	s.node.Revoke(3, 7)
-	if ttl, err := s.node.KeepAlive(7, now); err != nil || ttl != 10 {
-		t.Fatalf("keepalive while its revoke is in flight: %d, %v; want 10", ttl, err)
+	s.node.KeepAlive(4, 7, now)
+	s.collect()
+	if r := s.resp(4); r.Err != nil || r.LeaseTTL != 10 {
+		t.Fatalf("keepalive while its revoke is in flight: %+v; want TTL 10", r)
 	}
 	if info, err := s.node.TimeToLive(7, now); err != nil || info.GrantedTTL != 10 {
 		t.Fatalf("time to live while its revoke is in flight: %+v, %v", info, err)
@@ -1373,12 +1378,50 @@ func TestALeaseExistsUntilItsRevokeCommits(t *testing.T) {
 	if err := s.resp(3).Err; err != nil {
 		t.Fatalf("revoke: %v", err)
 	}
-	if _, err := s.node.KeepAlive(7, now); !errors.Is(err, core.ErrLeaseNotFound) {
+	s.node.KeepAlive(5, 7, now)
+	s.collect()
+	if err := s.resp(5).Err; !errors.Is(err, core.ErrLeaseNotFound) {
 		t.Fatalf("keepalive after its revoke committed: %v, want ErrLeaseNotFound", err)
 	}
 	s.node.Tick(now + 11*time.Second) // lease 8 expires: its revoke is dealt
-	if _, err := s.node.KeepAlive(8, now+11*time.Second); !errors.Is(err, core.ErrLeaseNotFound) {
-		t.Fatalf("keepalive of an expired lease whose revoke is in flight: %v, want ErrLeaseNotFound", err)
+	s.node.KeepAlive(6, 8, now+11*time.Second)
+	s.collect()
+	for _, r := range s.resps {
+		if r.ID == 6 {
+			t.Fatalf("keepalive of an expired lease answered %s while its revoke is in flight", core.DescribeResponse(r))
+		}
 	}
 	s.settle()
+	if err := s.resp(6).Err; !errors.Is(err, core.ErrLeaseNotFound) {
+		t.Fatalf("keepalive of an expired lease after its revoke committed: %v, want ErrLeaseNotFound", err)
+	}
+}
+
+// TestAnExpiredLeaseIsNeverRenewed: an expiry's revoke that fails for good
+// leaves the lease in place, but its time is still up: a keepalive waits
+// for the next try instead of renewing it (which would resurrect a lease
+// an earlier keepalive may have been told was gone).
+func TestAnExpiredLeaseIsNeverRenewed(t *testing.T) {
+	s := newScene(t, core.Config{MaxAttempts: 1})
+	s.node.Tick(time.Second)
+	s.node.Grant(1, 7, 10)
+	s.settle()
+	s.node.Tick(20 * time.Second)
+	s.collect()
+	w := s.takeReq(0)
+	s.node.Done(w, core.Result{Err: errors.New("engine down"), Outcome: core.NotApplied})
+	s.node.KeepAlive(2, 7, 21*time.Second)
+	s.collect()
+	for _, r := range s.resps {
+		if r.ID == 2 {
+			t.Fatalf("keepalive of a lease whose expiry failed answered %s; want it to wait for the next try", core.DescribeResponse(r))
+		}
+	}
+	s.settle()
+	if err := s.resp(2).Err; !errors.Is(err, core.ErrLeaseNotFound) {
+		t.Fatalf("keepalive once the expiry is tried again and commits: %v, want ErrLeaseNotFound", err)
+	}
+	if got := s.node.Leases(); len(got) != 0 {
+		t.Fatalf("leases after the expiry: %v", got)
+	}
 }

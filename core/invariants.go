@@ -71,6 +71,13 @@ func (n *Node) Invariants() error {
 			return fmt.Errorf("watch%d synced at next r%d (C=%d) but not live", w.ID, w.next, n.committed)
 		}
 	}
+	for id, l := range n.leases.byID {
+		// Only a grant or revoke in flight ends a wait: a request parked
+		// on an idle lease would wait for ever.
+		if len(l.parked) > 0 && !l.busy {
+			return fmt.Errorf("lease %d idle with %d parked requests", id, len(l.parked))
+		}
+	}
 	return nil
 }
 

@@ -49,17 +49,22 @@ type lease struct {
 	// revoking: the busy lease is being revoked at a client's request.
 	// Until that commits the lease exists, as in etcd: keepalives renew
 	// it and TimeToLive describes it (an expiry's revoke is not so: the
-	// lease's time is up).
+	// lease's time is up, and its keepalives wait for the revoke).
 	revoking bool
-	parked   []parkedRequest
-	keys     map[string]struct{}
+	// expired: the lease's time ran out; it is never renewed again, only
+	// revoked (an expiry's revoke that failed is tried again).
+	expired bool
+	parked  []parkedRequest
+	keys    map[string]struct{}
 }
 
 // parkedRequest waits for a lease's grant or revoke to end.
 type parkedRequest struct {
-	id     RequestID
-	req    *pb.RequestOp // a write using the lease; nil for a revoke
-	revoke int64         // the lease a parked revoke asks for
+	id  RequestID
+	req *pb.RequestOp // a write using the lease; nil for a revoke or keepalive
+	// lease is the lease a parked revoke or keepalive asks for.
+	lease     int64
+	keepAlive bool
 }
 
 type leases struct {
@@ -82,6 +87,13 @@ func newLeases(st []LeaseState) leases {
 // live reports whether a lease may be used now: granted and not being
 // revoked.
 func (l *lease) live() bool { return !l.busy }
+
+// timeUp reports whether the lease's time has run out by now, and
+// remembers it: it can no longer be renewed, only revoked.
+func (l *lease) timeUp(now time.Duration) bool {
+	l.expired = l.expired || (l.expiry != 0 && l.expiry <= now)
+	return l.expired
+}
 
 // existing returns the lease a keepalive or TimeToLive may see: granted,
 // and not expired (a client's revoke in flight has not ended it yet).
@@ -150,10 +162,12 @@ func (n *Node) unpark(l *lease, gone bool) {
 	l.parked = nil
 	for _, p := range parked {
 		switch {
+		case p.keepAlive:
+			n.KeepAlive(p.id, p.lease, n.leases.now)
 		case p.req == nil && gone:
 			n.respond(p.id, ErrLeaseNotFound)
 		case p.req == nil:
-			n.Revoke(p.id, p.revoke)
+			n.Revoke(p.id, p.lease)
 		case gone:
 			n.respond(p.id, ErrLeaseNotFound)
 		default:
@@ -214,7 +228,7 @@ func (n *Node) Revoke(id RequestID, leaseID int64) {
 	case l.busy && id == 0:
 		return // already going
 	case l.busy:
-		l.parked = append(l.parked, parkedRequest{id: id, revoke: leaseID})
+		l.parked = append(l.parked, parkedRequest{id: id, lease: leaseID})
 		return
 	}
 	l.busy, l.revoking = true, id != 0
@@ -222,14 +236,29 @@ func (n *Node) Revoke(id RequestID, leaseID int64) {
 	n.admit(&Work{Kind: WorkRequest, ID: id, Lease: &LeaseOp{Revoke: true, ID: leaseID}, Serial: true}, true)
 }
 
-// KeepAlive renews a lease from now and returns its TTL in seconds.
-func (n *Node) KeepAlive(leaseID int64, now time.Duration) (int64, error) {
-	l := n.leases.existing(leaseID)
-	if l == nil {
-		return 0, ErrLeaseNotFound
+// KeepAlive asks to renew a lease from now; the answer, with its TTL in
+// seconds, comes in Ready. A lease whose time is up is not renewed: the
+// keepalive waits for the expiry's revoke (started here if no Tick has
+// yet) and is answered "not found" once it commits, as etcd's Renew waits
+// for it. Answering before could be undone: a revoke that fails for good
+// leaves the lease in place, and a later keepalive would find it alive.
+func (n *Node) KeepAlive(id RequestID, leaseID int64, now time.Duration) {
+	l := n.leases.byID[leaseID]
+	switch {
+	case l == nil || (l.busy && !l.revoking && !l.timeUp(now)):
+		// Unknown, or its grant in flight; read at C, as etcd's header.
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Rev: n.committed, Err: ErrLeaseNotFound})
+	case l.timeUp(now) && n.draining:
+		n.respond(id, ErrNotLeader) // the successor expires it
+	case l.timeUp(now):
+		l.parked = append(l.parked, parkedRequest{id: id, lease: leaseID, keepAlive: true})
+		if !l.busy {
+			n.Revoke(0, leaseID)
+		}
+	default:
+		l.expiry = expiryAfter(now, l.ttl)
+		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Rev: n.committed, Lease: leaseID, LeaseTTL: l.ttl})
 	}
-	l.expiry = expiryAfter(now, l.ttl)
-	return l.ttl, nil
 }
 
 // TimeToLive describes a lease as of now.
@@ -276,7 +305,7 @@ func (n *Node) Tick(now time.Duration) {
 		if l.expiry == 0 {
 			l.expiry = expiryAfter(now, l.ttl)
 		}
-		if l.expiry <= now {
+		if l.timeUp(now) {
 			expired = append(expired, id)
 		}
 	}

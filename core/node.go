@@ -160,7 +160,8 @@ type Response struct {
 	Rev      int64
 	Wrote    bool
 	Response *pb.ResponseOp
-	// Lease is the lease a grant created (its TTL in LeaseTTL).
+	// Lease is the lease a grant created or a keepalive renewed (its TTL
+	// in LeaseTTL).
 	Lease, LeaseTTL int64
 	Err             error
 }
@@ -987,8 +988,12 @@ func DescribeResponse(r Response) string {
 	if r.Err != nil {
 		return fmt.Sprintf("resp req%d err=%q", r.ID, r.Err)
 	}
-	if !r.Wrote {
-		return fmt.Sprintf("resp req%d at r%d", r.ID, r.Rev)
+	lease := ""
+	if r.LeaseTTL != 0 {
+		lease = fmt.Sprintf(" lease%d ttl=%d", r.Lease, r.LeaseTTL)
 	}
-	return fmt.Sprintf("resp req%d r%d", r.ID, r.Rev)
+	if !r.Wrote {
+		return fmt.Sprintf("resp req%d at r%d%s", r.ID, r.Rev, lease)
+	}
+	return fmt.Sprintf("resp req%d r%d%s", r.ID, r.Rev, lease)
 }

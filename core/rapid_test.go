@@ -2,8 +2,10 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -59,6 +61,8 @@ type harness struct {
 	leaseOps map[core.RequestID]*core.LeaseOp
 	granted  []int64        // leases whose grant was answered
 	revoked  map[int64]bool // leases whose revoke was asked for or ran
+	gone     map[int64]bool // leases whose revoke committed
+	renewals map[core.RequestID]int64
 	leaseNow time.Duration
 	nextID   core.RequestID
 	lastRev  int64
@@ -78,7 +82,17 @@ func (h *harness) drain() {
 	}
 	rd := h.node.Ready()
 	h.queue = append(h.queue, rd.Work...)
+	wasGone := maps.Clone(h.gone)
 	for _, r := range rd.Responses {
+		if op, ok := h.leaseOps[r.ID]; (ok && op.Revoke || r.ID == 0) && r.Err == nil {
+			h.gone[r.Lease] = true
+		}
+	}
+	for _, r := range rd.Responses {
+		if lease, ok := h.renewals[r.ID]; ok {
+			h.renewed(r, lease, wasGone)
+			continue
+		}
 		if r.ID != 0 {
 			h.answers[r.ID]++
 		}
@@ -355,7 +369,7 @@ func runModel(t *rapid.T) {
 	h := &harness{
 		t: t, ctx: context.Background(), eng: memkv.New(),
 		node:  core.NewNode(core.Config{RingSize: rapid.IntRange(1, 8).Draw(t, "ring"), CatchUpBatch: 4}, core.State{}),
-		model: linearizability.NewSequential(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{}, leaseOps: map[core.RequestID]*core.LeaseOp{}, revoked: map[int64]bool{},
+		model: linearizability.NewSequential(), reqs: map[core.RequestID]*pb.RequestOp{}, answers: map[core.RequestID]int{}, compacts: map[core.RequestID]int64{}, leaseOps: map[core.RequestID]*core.LeaseOp{}, revoked: map[int64]bool{}, gone: map[int64]bool{}, renewals: map[core.RequestID]int64{},
 	}
 	steps := rapid.IntRange(20, 150).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
@@ -469,7 +483,9 @@ func (h *harness) leaseAction(t *rapid.T) {
 		h.node.Revoke(h.nextID, id)
 	case 2:
 		if len(h.granted) > 0 {
-			_, _ = h.node.KeepAlive(rapid.SampledFrom(h.granted).Draw(t, "keepalive"), h.leaseNow)
+			h.nextID++
+			h.renewals[h.nextID] = rapid.SampledFrom(h.granted).Draw(t, "keepalive")
+			h.node.KeepAlive(h.nextID, h.renewals[h.nextID], h.leaseNow)
 		}
 	default:
 		h.leaseNow += time.Duration(rapid.IntRange(1, 3).Draw(t, "leasetime")) * time.Second
@@ -506,6 +522,22 @@ func (h *harness) leaseResponse(r core.Response, op *core.LeaseOp) {
 		if want.Wrote != r.Wrote {
 			h.t.Fatalf("revoke of lease %d at r%d: wrote=%v, model says %v (%+v)", r.Lease, r.Rev, r.Wrote, want.Wrote, want)
 		}
+	}
+}
+
+// renewed checks a keepalive's answer: it renews a lease whose revoke had
+// not committed, and says "not found" only once one has.
+func (h *harness) renewed(r core.Response, lease int64, wasGone map[int64]bool) {
+	h.answers[r.ID]++
+	switch {
+	case h.answers[r.ID] > 1:
+		h.t.Fatalf("keepalive req%d answered twice", r.ID)
+	case r.Err == nil && wasGone[lease]:
+		h.t.Fatalf("keepalive req%d renewed lease %d after its revoke committed", r.ID, lease)
+	case errors.Is(r.Err, core.ErrLeaseNotFound) && !h.gone[lease]:
+		h.t.Fatalf("keepalive req%d: lease %d not found before any revoke of it committed", r.ID, lease)
+	case r.Err != nil && !errors.Is(r.Err, core.ErrLeaseNotFound):
+		h.t.Fatalf("keepalive req%d: %v", r.ID, r.Err)
 	}
 }
 

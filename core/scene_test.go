@@ -41,7 +41,7 @@ import (
 //	tick at=                   the node's clock is at (a duration)
 //	grant id= [lease=] ttl=    grant (lease 0: the node picks the ID)
 //	revoke id= lease=          revoke
-//	keepalive lease= at=       a keepalive at that time: the TTL
+//	keepalive id= lease= at=   a keepalive at that time
 //	ttl lease= at=             TimeToLive at that time
 //	run ... [id=]              run ... of that request (undealt work too)
 //	records                    the revisions that have a revision record
@@ -106,11 +106,7 @@ func (s *scene) command(d *datadriven.TestData) (string, bool) {
 	case "keepalive":
 		var lease int64
 		arg("lease", &lease)
-		ttl, err := s.node.KeepAlive(lease, durationArg(t, d, "at"))
-		if err != nil {
-			return "error: " + err.Error() + "\n", true
-		}
-		return fmt.Sprintf("ttl=%d\n", ttl), true
+		s.node.KeepAlive(rid, lease, durationArg(t, d, "at"))
 	case "ttl":
 		var lease int64
 		arg("lease", &lease)

@@ -84,19 +84,19 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 			}
 			return toGRPC(err)
 		}
-		var ttl, rev int64
-		if !l.s.step(func(n *core.Node) {
-			ttl, err = n.KeepAlive(req.ID, l.s.clock())
-			rev = n.Committed()
-		}) {
+		// An expired lease's keepalive waits here for the expiry's revoke.
+		resp, err := l.s.propose(stream.Context(), func(n *core.Node, id core.RequestID) { n.KeepAlive(id, req.ID, l.s.clock()) })
+		switch {
+		case errors.Is(err, core.ErrLeaseNotFound):
+			resp.LeaseTTL = 0 // etcd answers an unknown lease with TTL 0
+		case errors.Is(err, core.ErrNotLeader) || errors.Is(err, errLeaderChanged):
 			return errStreamMoved
-		}
-		if errors.Is(err, core.ErrLeaseNotFound) {
-			ttl = 0 // etcd answers an unknown lease with TTL 0
-		} else if err == nil {
+		case err != nil:
+			return toGRPC(err)
+		default:
 			l.s.metrics.etcd.leaseRenewed.Inc()
 		}
-		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(rev), ID: req.ID, TTL: ttl}); err != nil {
+		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(resp.Rev), ID: req.ID, TTL: resp.LeaseTTL}); err != nil {
 			return err
 		}
 	}

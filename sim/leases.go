@@ -50,48 +50,31 @@ func (w *World) leaseFloors() map[int64]time.Duration {
 	return floor
 }
 
-// checkLeaseLife: a keepalive answers "lease not found" only once the
-// lease may be gone: its time may be up (its TTL has run from its last
-// grant or keepalive, less the drift bound), or a client's revoke of it
-// has committed (maybe uncertainly). Until then the lease exists, as in
-// etcd, even while a revoke of it is in flight. (Once its time is up
-// Axon answers "not found" while the expiry's revoke is in flight, where
-// etcd waits for that revoke.)
+// checkLeaseLife: a keepalive answers "lease not found" only once a
+// revoke of the lease (a client's or its expiry's) has committed, maybe
+// uncertainly. Until then the lease exists, as in etcd: a client's revoke
+// in flight has not ended it, and a keepalive of a lease whose time is up
+// waits for the expiry's revoke (etcd's Renew does). Answering earlier
+// could be undone: a revoke that fails for good leaves the lease, and a
+// later keepalive would find it alive.
 func (w *World) checkLeaseLife() error {
-	ends := map[int64]time.Duration{} // earliest commit of a client's revoke
+	first := map[int64]time.Duration{} // earliest revoke that may have applied
 	for _, r := range w.revokes {
-		if e, ok := ends[r.lease]; !ok || r.at < e {
-			ends[r.lease] = r.at
+		if at, ok := first[r.lease]; !ok || r.at < at {
+			first[r.lease] = r.at
 		}
 	}
-	type renewal struct{ start, until time.Duration }
-	renewals := map[int64][]renewal{} // successful grants and keepalives
+	granted := map[int64]bool{}
 	for _, cl := range w.hist.calls {
-		if cl.status != answered || cl.err != nil || cl.lease.ttl <= 0 || (cl.in.kind != opGrant && cl.in.kind != opKeepAlive) {
-			continue
+		if cl.in.kind == opGrant && cl.status == answered && cl.err == nil {
+			granted[cl.lease.id] = true
 		}
-		id := cl.lease.id
-		if cl.in.kind == opKeepAlive {
-			id = cl.in.lease
-		}
-		renewals[id] = append(renewals[id], renewal{cl.start, cl.start + time.Duration(cl.lease.ttl)*time.Second})
 	}
 	for _, cl := range w.hist.calls {
-		if cl.in.kind != opKeepAlive || cl.status != answered || !errors.Is(cl.err, core.ErrLeaseNotFound) {
+		if cl.in.kind != opKeepAlive || cl.status != answered || !errors.Is(cl.err, core.ErrLeaseNotFound) || !granted[cl.in.lease] {
 			continue
 		}
-		// Its time is up no earlier than the TTL from the last renewal
-		// begun before this answer.
-		var floor time.Duration
-		for _, r := range renewals[cl.in.lease] {
-			if r.start < cl.end {
-				floor = max(floor, r.until)
-			}
-		}
-		if floor == 0 || cl.end >= floor-maxDrift {
-			continue // never granted here, or its time may be up
-		}
-		if e, ok := ends[cl.in.lease]; !ok || e > cl.end {
+		if at, ok := first[cl.in.lease]; !ok || at > cl.end {
 			return fmt.Errorf("keepalive of lease %d (call %d) answered %v at %v, before any revoke of it committed", cl.in.lease, cl.id, cl.err, cl.end)
 		}
 	}

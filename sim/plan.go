@@ -29,6 +29,11 @@ type Config struct {
 	// change nothing take revisions etcd does not; the checks should
 	// then find revisions that hold no write.
 	DealEagerly bool
+	// EarlyLeaseGone plants a bug in the driver: a keepalive of a lease
+	// whose expiry is in flight is answered "not found" at once (as Axon
+	// did) instead of once the expiry commits; the lease checks should
+	// then find a lease said gone before any revoke of it committed.
+	EarlyLeaseGone bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on

@@ -161,6 +161,31 @@ func TestEagerDealingIsCaught(t *testing.T) {
 	}
 }
 
+// TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
+// a keepalive of a lease whose expiry is in flight is told "not found" at
+// once, so when that expiry fails for good the lease lives on after a
+// client was told it was gone. The swarm must find it within 300 seeds;
+// the seed must replay bit for bit, and pass without the plant.
+func TestEarlyLeaseGoneIsCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, EarlyLeaseGone: true}
+	r, ok := firstFailure(1, 300, cfg)
+	if !ok {
+		t.Fatal("300 seeds answering keepalives early all passed: the lease checks see nothing")
+	}
+	if !strings.Contains(r.Err.Error(), "before any revoke of it committed") {
+		t.Errorf("seed %d failed otherwise than by a lease said gone early: %v", r.Seed, r.Err)
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	cfg.Seed = r.Seed
+	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
+		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
+	}
+	cfg.EarlyLeaseGone = false
+	if clean := Run(cfg); clean.Err != nil {
+		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
+	}
+}
+
 // TestLostUpdateIsSeen builds the lost update itself: two hot-counter
 // increments `If ModRevision(k)==1 Then Put(k, 2)` evaluated on one
 // snapshot, the later commit's conflict check skipped. Both succeed; the

@@ -71,8 +71,8 @@ type World struct {
 	// alive a lease another client may be revoking (a lease's keepalive
 	// loop runs on while its revoke is in flight).
 	leasePool []int64
-	// revokes are the commits (maybe uncertain) of clients' lease
-	// revokes: when each lease may have ended.
+	// revokes are the commits (maybe uncertain) of lease revokes, a
+	// client's or an expiry's: when each lease may have ended.
 	revokes []expired
 	// expired are the lease expiries surely applied.
 	expired []expired

@@ -23,6 +23,7 @@ type simFlags struct {
 	breakDrift  bool
 	skipChecks  float64
 	dealEagerly bool
+	earlyLease  bool
 	outDir      string
 }
 
@@ -47,12 +48,13 @@ func simCmd() *cobra.Command {
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
 	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
 	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
+	fl.BoolVar(&f.earlyLease, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -65,6 +67,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.dealEagerly {
 		s += " --deal-eagerly"
+	}
+	if f.earlyLease {
+		s += " --early-lease-gone"
 	}
 	return s
 }
