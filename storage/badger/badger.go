@@ -91,6 +91,9 @@ type Engine struct {
 	watched      chan struct{}
 	// memTable is badger's memtable size (the defrag estimate uses it).
 	memTable int64
+	// rate counts the bytes of keys and values committed, for Defrag to
+	// tell whether writes will soon flush the memtables.
+	rate writeRate
 
 	queue chan *commitReq
 	// alone runs a function in the commit loop, between groups.
@@ -328,8 +331,10 @@ func (e *Engine) conflicts(r *commitReq) bool {
 func (e *Engine) write(ts uint64, group []*commitReq) error {
 	tx := e.db.NewTransactionAt(ts-1, true)
 	defer tx.Discard()
+	var size int64
 	for _, r := range group {
 		for k, w := range r.writes {
+			size += int64(len(k) + len(w.value))
 			var err error
 			if w.del {
 				err = tx.Delete([]byte(k))
@@ -353,6 +358,7 @@ func (e *Engine) write(ts uint64, group []*commitReq) error {
 		// sync): the engine fails, as etcd stops on a failed commit.
 		return fmt.Errorf("badger: commit: %w: %w", storage.ErrUncertain, e.fail(err))
 	}
+	e.rate.add(time.Now(), size)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	bdb "github.com/dgraph-io/badger/v4"
 )
@@ -22,13 +23,18 @@ var defragKey = []byte("axon/badger/defrag")
 // a store that stopped growing may never compact its level 0 again.
 //
 // Flatten merges the levels, level 0 included, with commits flowing.
-// Badger has no call that flushes the memtables but DropPrefix, so Defrag
-// then writes a marker key and drops it: that flushes every memtable and
+// Then what the memtables held when Defrag began (deletes, too, that
+// free space below) must reach the tables: the writes flush them, and
+// Defrag waits for that (at most flushWithin) while they come fast enough
+// to, so writes go on without a stall. With fewer writes — an idle store,
+// or one out of space being cleaned up — nothing would flush them soon.
+// Badger has no call that flushes them but DropPrefix, so Defrag then
+// writes a marker key and drops it: that flushes every memtable and
 // compacts level 0 into the next level. It runs in the commit loop
-// (badger refuses writes meanwhile, so commits wait their turn instead:
-// the one stall of a defragmentation, as long as writing the memtables
-// out takes); reads go on. Flatten merges again, and the value log is
-// collected until a pass finds nothing to rewrite or ctx ends.
+// (badger refuses writes meanwhile, so commits wait their turn: a stall
+// as long as writing the memtables out takes; reads go on). Flatten then
+// merges again, and the value log is collected until a pass finds
+// nothing to rewrite or ctx ends.
 //
 // It first checks that the data directory's filesystem has the room that
 // needs (DefragSpace): a rewrite that runs out of disk half-way leaves
@@ -50,24 +56,31 @@ func (e *Engine) Defrag(ctx context.Context) error {
 	if have < need {
 		return &SpaceError{Need: need, Have: have}
 	}
-	// Flatten first, with commits flowing: what the blocking flush then
-	// compacts is only what the memtables held (writes stalled 1.0 s
-	// with 64 writers when the flush came first, 0.45 s after).
+	// Flatten first, with commits flowing; then the memtables of now must
+	// reach the tables for a second Flatten to compact what they hold
+	// against what it supersedes or deletes.
+	mems, err := e.memFiles()
+	if err != nil {
+		return fmt.Errorf("badger: defrag: %w", err)
+	}
 	e.cmu.Lock()
 	e.prune()
 	e.cmu.Unlock()
 	if err := e.db.Flatten(2); err != nil {
 		return fmt.Errorf("badger: defrag: flatten: %w", err)
 	}
-	done := make(chan error, 1)
-	select {
-	case e.alone <- func() { done <- e.flush() }:
-	case <-ctx.Done():
-		return fmt.Errorf("badger: defrag: %w", ctx.Err())
-	}
-	if err := <-done; err != nil {
+	flushed, err := e.awaitFlush(ctx, mems)
+	if err != nil {
 		return err
 	}
+	if !flushed {
+		if err := e.flushAlone(ctx); err != nil {
+			return err
+		}
+	}
+	e.cmu.Lock()
+	e.prune()
+	e.cmu.Unlock()
 	if err := e.db.Flatten(2); err != nil {
 		return fmt.Errorf("badger: defrag: flatten: %w", err)
 	}
@@ -81,6 +94,78 @@ func (e *Engine) Defrag(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// flushWithin bounds how long Defrag waits for the writes to flush the
+// memtables, and the rate it waits on: writes that would not fill a
+// memtable within it (measured over the last flushRateWindow) are too few
+// (BenchmarkDefragUnderWrites, 64 writers: the longest write 1.4–2.4 s
+// with the blocking flush; without it as long as without a defrag).
+const (
+	flushWithin     = time.Minute
+	flushRateWindow = 2 * time.Second
+)
+
+// awaitFlush waits for the memtables whose logs are mems to be flushed
+// by the writes; it reports false, at once or later, once the writes are
+// too few for that.
+func (e *Engine) awaitFlush(ctx context.Context, mems map[string]bool) (bool, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(flushWithin)
+	for {
+		now := time.Now()
+		if now.After(deadline) || e.rate.perSecond(now, flushRateWindow)*flushWithin.Seconds() < float64(e.db.Opts().MemTableSize) {
+			return false, nil
+		}
+		left, err := e.memFiles()
+		if err != nil {
+			return false, fmt.Errorf("badger: defrag: %w", err)
+		}
+		if !anyOf(mems, left) {
+			return true, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false, fmt.Errorf("badger: defrag: %w", ctx.Err())
+		}
+	}
+}
+
+// memFiles names the memtables' logs in the data directory.
+func (e *Engine) memFiles() (map[string]bool, error) {
+	entries, err := os.ReadDir(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	mems := map[string]bool{}
+	for _, d := range entries {
+		if filepath.Ext(d.Name()) == ".mem" {
+			mems[d.Name()] = true
+		}
+	}
+	return mems, nil
+}
+
+func anyOf(set, of map[string]bool) bool {
+	for k := range set {
+		if of[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// flushAlone runs flush in the commit loop, between commit groups.
+func (e *Engine) flushAlone(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case e.alone <- func() { done <- e.flush() }:
+	case <-ctx.Done():
+		return fmt.Errorf("badger: defrag: %w", ctx.Err())
+	}
+	return <-done
 }
 
 // flush writes the marker at the next timestamp and drops it, with the
@@ -133,14 +218,33 @@ func (e *SpaceError) Error() string {
 // size of the tables: a store full of deleted data needs little room to
 // give it back, and refusing that would block etcd's way out of NOSPACE.
 func (e *Engine) DefragSpace() (need, have int64, err error) {
-	var mem, vlog int64
-	entries, err := os.ReadDir(e.dir)
+	files, err := e.files()
 	if err != nil {
 		return 0, 0, err
 	}
+	kept := e.keptBytes()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(e.dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", e.dir, err)
+	}
+	have = int64(st.Bavail) * int64(st.Bsize)
+	need = files.mem + kept + min(files.vlog, e.db.Opts().ValueLogFileSize) + defragMargin
+	return need, have, nil
+}
+
+// storeFiles are the bytes of the store's files by kind: the memtables'
+// logs, the tables, the value log.
+type storeFiles struct{ mem, tables, vlog int64 }
+
+func (e *Engine) files() (storeFiles, error) {
+	var f storeFiles
+	entries, err := os.ReadDir(e.dir)
+	if err != nil {
+		return f, err
+	}
 	for _, d := range entries {
 		ext := filepath.Ext(d.Name())
-		if ext != ".mem" && ext != ".vlog" {
+		if ext != ".mem" && ext != ".vlog" && ext != ".sst" {
 			continue
 		}
 		info, err := d.Info()
@@ -151,20 +255,16 @@ func (e *Engine) DefragSpace() (need, have int64, err error) {
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			size = min(size, st.Blocks*512) // logs are preallocated sparse
 		}
-		if ext == ".mem" {
-			mem += size
-		} else {
-			vlog += size
+		switch ext {
+		case ".mem":
+			f.mem += size
+		case ".sst":
+			f.tables += size
+		default:
+			f.vlog += size
 		}
 	}
-	kept := e.keptBytes()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(e.dir, &st); err != nil {
-		return 0, 0, fmt.Errorf("statfs %s: %w", e.dir, err)
-	}
-	have = int64(st.Bavail) * int64(st.Bsize)
-	need = mem + kept + min(vlog, e.db.Opts().ValueLogFileSize) + defragMargin
-	return need, have, nil
+	return f, nil
 }
 
 // defragMargin is room for the manifest, discard statistics and the
