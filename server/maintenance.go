@@ -76,7 +76,14 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 		start := time.Now()
 		before, _ := m.s.space.used()
 		m.s.metrics.etcd.defragging.Set(1)
-		err := d.Defrag(ctx)
+		// As etcd's, a defragmentation once begun runs to its end (or the
+		// server's): etcdctl gives up after its 5 s command timeout, and
+		// a client that stops waiting must not cut it short.
+		dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(m.s.ctx, cancel)
+		err := d.Defrag(dctx)
+		stop()
+		cancel()
 		m.s.metrics.etcd.defragging.Set(0)
 		m.s.metrics.etcd.defrag.Observe(time.Since(start).Seconds())
 		if err != nil {

@@ -91,6 +91,8 @@ type Engine struct {
 	watched      chan struct{}
 	// memTable is badger's memtable size (the defrag estimate uses it).
 	memTable int64
+	// defragging lets one Defrag run at a time.
+	defragging sync.Mutex
 	// rate counts the bytes of keys and values committed, for Defrag to
 	// tell whether writes will soon flush the memtables.
 	rate writeRate

@@ -46,6 +46,8 @@ func (e *Engine) Defrag(ctx context.Context) error {
 	}
 	defer e.release()
 	defer e.forgetInUse()
+	e.defragging.Lock() // one at a time: a client that gave up may ask again
+	defer e.defragging.Unlock()
 	if err := e.Failed(); err != nil {
 		return fmt.Errorf("badger: defrag: %w", err)
 	}
