@@ -253,6 +253,34 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	}
 }
 
+func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
+	st := core.NewAuthStore([]byte("secret"))
+	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
+		t.Fatal(err)
+	}
+	tok := st.IssueToken("alice", 1000, []byte("n"))
+	renewed, ok := st.RenewToken(tok, 5000)
+	if !ok {
+		t.Fatal("a genuine token was not renewed")
+	}
+	if id, exp, err := st.ResolveToken(renewed); err != nil || id.User != "alice" || exp != 5000 {
+		t.Fatalf("the renewed token: %v, expires %d, %v", id, exp, err)
+	}
+	if _, err := st.Resolve(renewed, 4999); err != nil {
+		t.Errorf("the renewed token before its new expiry: %v", err)
+	}
+	changed := st.Clone()
+	_ = apply(t, changed, &pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "h2"})
+	if _, _, err := changed.ResolveToken(renewed); !errors.Is(err, core.ErrAuthInvalidToken) {
+		t.Errorf("renewing revived a token void since: %v", err)
+	}
+	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", core.NewAuthStore([]byte("other")).IssueToken("alice", 1, nil)} {
+		if _, ok := st.RenewToken(forged, 5000); ok {
+			t.Errorf("renewed a token not signed with the secret: %q", forged)
+		}
+	}
+}
+
 func TestTheAuthStoreEncodesAndRefusesGarbage(t *testing.T) {
 	st := core.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1, grant("r1", authpb.Permission_READ, "a", "b"), enable); err != nil {
