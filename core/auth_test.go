@@ -214,6 +214,36 @@ func TestTxnChecksEveryOpAndCompare(t *testing.T) {
 	}
 }
 
+func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
+	st := core.NewAuthStore([]byte("secret"))
+	if err := apply(t, st, addRoot, rootRole, enable); err != nil {
+		t.Fatal(err)
+	}
+	rangeOp := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
+	putOp := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}
+	txn := func(ops ...*pb.RequestOp) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
+	}
+	ahead := core.AuthIdentity{User: "root", Revision: st.Revision + 1}
+	for _, tc := range []struct {
+		name string
+		id   core.AuthIdentity
+		op   *pb.RequestOp
+		want error
+	}{
+		{"a range at the store's revision", core.AuthIdentity{User: "root", Revision: st.Revision}, rangeOp, nil},
+		{"a range with no user", core.AuthIdentity{}, rangeOp, nil},
+		{"a range from a newer revision", ahead, rangeOp, core.ErrAuthOldRevision},
+		{"a txn of ranges from a newer revision", ahead, txn(rangeOp, rangeOp), core.ErrAuthOldRevision},
+		{"a txn that writes, from a newer revision", ahead, txn(rangeOp, putOp), nil},
+		{"a put from a newer revision", ahead, putOp, nil},
+	} {
+		if err := st.CheckServed(tc.id, tc.op); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
 func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	st := core.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {

@@ -142,7 +142,7 @@ func loadJWTKeys(opts map[string]string) (*jwtKeys, error) {
 	}
 	parsePriv, parsePub := keyParsers(k.method)
 	if parsePriv == nil {
-		return nil, fmt.Errorf("%w: unsupported signing method %q", ErrInvalidAuthOpts, alg)
+		return nil, fmt.Errorf("%w: unsupported signing method: %T", ErrInvalidAuthOpts, k.method)
 	}
 	var priv crypto.Signer
 	var pub interface{ Equal(crypto.PublicKey) bool }
