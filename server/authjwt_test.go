@@ -25,7 +25,6 @@ import (
 	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/memkv"
-	"github.com/axon-kv/axon/storage/tikv"
 )
 
 // jwtSetup is a signing method and its key in files, and the
@@ -198,16 +197,7 @@ func TestAuthJWTAsEtcd(t *testing.T) {
 				compareTranscripts(t, want, runJWTScript(t, cli.Endpoints()[0], j))
 			})
 			t.Run("through a follower", func(t *testing.T) {
-				eng, err := tikv.NewMock(tikv.MockOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = eng.Close() })
-				c := newCluster(t, eng, 3)
-				cfg := j.axonConfig(t)
-				c.tweak = func(sc *server.Config) { sc.Auth = cfg }
-				c.startAll()
-				compareTranscripts(t, want, runJWTScript(t, c.ins[(c.awaitLeader()+1)%3].addr, j))
+				compareTranscripts(t, want, runJWTScript(t, authFollower(t, j.axonConfig(t)), j))
 			})
 		})
 	}
