@@ -34,6 +34,21 @@ type backendOptions struct {
 	// --experimental-watch-progress-notify-interval). Zero keeps the
 	// server default.
 	progressNotifyInterval time.Duration
+	// authToken is etcd's --auth-token ("": simple tokens).
+	authToken string
+}
+
+// axonAuth is the auth configuration an Axon backend runs with.
+func axonAuth(t testing.TB, opts backendOptions) server.AuthConfig {
+	t.Helper()
+	if opts.authToken == "" {
+		return server.AuthConfig{}
+	}
+	tok, err := server.ParseAuthToken(opts.authToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server.AuthConfig{Token: tok}
 }
 
 // backend starts one fresh server for a test and returns a client for it.
@@ -109,7 +124,7 @@ func startAxonTLS(t testing.TB, opts backendOptions, tp *tlsPair) *kubernetes.Cl
 	}
 	srv, err := server.New(server.Config{
 		MemberID: 1, ClusterID: 2, Name: "conformance", Core: core.Config{}, Exclusive: true,
-		Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval,
+		Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval, Auth: axonAuth(t, opts),
 	}, eng)
 	if err != nil {
 		eng.Close()
@@ -176,7 +191,7 @@ func startAxonFollower(t testing.TB, opts backendOptions) *kubernetes.Client {
 		srv, err := server.New(server.Config{
 			ClusterID: 2, Name: "conformance-" + strconv.Itoa(i), ClientURLs: []string{"http://" + lis.Addr().String()},
 			Lease: 2 * time.Second, TickInterval: 20 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval,
+			Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval, Auth: axonAuth(t, opts),
 		}, eng)
 		if err != nil {
 			t.Fatal(err)
@@ -246,6 +261,9 @@ func startEtcd(t testing.TB, opts backendOptions) *kubernetes.Client {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	if opts.progressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = opts.progressNotifyInterval
+	}
+	if opts.authToken != "" {
+		cfg.AuthToken = opts.authToken
 	}
 
 	e, err := embed.StartEtcd(cfg)

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/axon-kv/axon/internal/testpki"
 )
 
 // etcdctlAuthSteps are what an operator types to set auth up and what
@@ -81,6 +83,17 @@ func renderEtcdctl(c *ctl, step []string) string {
 // as users would, on Axon (one instance, and a follower of three over
 // mock TiKV) and on embedded etcd, and compares what etcdctl printed.
 func TestEtcdctlAuthScript(t *testing.T) {
+	runEtcdctlAuthScript(t, backendOptions{})
+}
+
+// TestEtcdctlAuthScriptJWT is the script with --auth-token jwt (ES256,
+// keys in files both sides read).
+func TestEtcdctlAuthScriptJWT(t *testing.T) {
+	k := testpki.NewSigningKey(t, t.TempDir(), "ES256")
+	runEtcdctlAuthScript(t, backendOptions{authToken: "jwt,pub-key=" + k.PubFile + ",priv-key=" + k.PrivFile + ",sign-method=ES256"})
+}
+
+func runEtcdctlAuthScript(t *testing.T, opts backendOptions) {
 	bin := buildEtcdctl(t)
 	transcripts := map[string][]string{}
 	for _, b := range backends {
@@ -88,7 +101,7 @@ func TestEtcdctlAuthScript(t *testing.T) {
 			continue // with --client-cert-auth etcd takes the certificate's CN as the user: not implemented
 		}
 		t.Run(b.name, func(t *testing.T) {
-			c := b.start(t, backendOptions{})
+			c := b.start(t, opts)
 			ctl := &ctl{t: t, backend: b.name, bin: bin, endpoint: c.Endpoints()[0]}
 			for _, step := range etcdctlAuthSteps {
 				transcripts[b.name] = append(transcripts[b.name], renderEtcdctl(ctl, step))

@@ -214,6 +214,36 @@ func TestTxnChecksEveryOpAndCompare(t *testing.T) {
 	}
 }
 
+func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
+	st := core.NewAuthStore([]byte("secret"))
+	if err := apply(t, st, addRoot, rootRole, enable); err != nil {
+		t.Fatal(err)
+	}
+	rangeOp := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
+	putOp := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}
+	txn := func(ops ...*pb.RequestOp) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
+	}
+	ahead := core.AuthIdentity{User: "root", Revision: st.Revision + 1}
+	for _, tc := range []struct {
+		name string
+		id   core.AuthIdentity
+		op   *pb.RequestOp
+		want error
+	}{
+		{"a range at the store's revision", core.AuthIdentity{User: "root", Revision: st.Revision}, rangeOp, nil},
+		{"a range with no user", core.AuthIdentity{}, rangeOp, nil},
+		{"a range from a newer revision", ahead, rangeOp, core.ErrAuthOldRevision},
+		{"a txn of ranges from a newer revision", ahead, txn(rangeOp, rangeOp), core.ErrAuthOldRevision},
+		{"a txn that writes, from a newer revision", ahead, txn(rangeOp, putOp), nil},
+		{"a put from a newer revision", ahead, putOp, nil},
+	} {
+		if err := st.CheckServed(tc.id, tc.op); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
 func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	st := core.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
@@ -250,6 +280,34 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	_ = apply(t, granted, addR1, aliceToR1)
 	if id, err := granted.Resolve(tok, now); err != nil || id.Revision != granted.Revision {
 		t.Errorf("after a grant the token stands for the new revision: %v %v", id, err)
+	}
+}
+
+func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
+	st := core.NewAuthStore([]byte("secret"))
+	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
+		t.Fatal(err)
+	}
+	tok := st.IssueToken("alice", 1000, []byte("n"))
+	renewed, ok := st.RenewToken(tok, 5000)
+	if !ok {
+		t.Fatal("a genuine token was not renewed")
+	}
+	if id, exp, err := st.ResolveToken(renewed); err != nil || id.User != "alice" || exp != 5000 {
+		t.Fatalf("the renewed token: %v, expires %d, %v", id, exp, err)
+	}
+	if _, err := st.Resolve(renewed, 4999); err != nil {
+		t.Errorf("the renewed token before its new expiry: %v", err)
+	}
+	changed := st.Clone()
+	_ = apply(t, changed, &pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "h2"})
+	if _, _, err := changed.ResolveToken(renewed); !errors.Is(err, core.ErrAuthInvalidToken) {
+		t.Errorf("renewing revived a token void since: %v", err)
+	}
+	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", core.NewAuthStore([]byte("other")).IssueToken("alice", 1, nil)} {
+		if _, ok := st.RenewToken(forged, 5000); ok {
+			t.Errorf("renewed a token not signed with the secret: %q", forged)
+		}
 	}
 }
 

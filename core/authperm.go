@@ -152,6 +152,33 @@ func (a *AuthStore) Check(id AuthIdentity, key, end []byte, write bool) error {
 	return ErrAuthPermissionDenied
 }
 
+// CheckServed is etcd's last check of a read it serves outside raft (a
+// range, a txn of ranges only), after the read: a token of another auth
+// revision than the store's, newer as well as older, is
+// ErrAuthOldRevision. Only a JWT can be newer (signed for another
+// store with the same key).
+func (a *AuthStore) CheckServed(id AuthIdentity, op *pb.RequestOp) error {
+	if a == nil || !a.Enabled || id.Revision == 0 || id.Revision == a.Revision {
+		return nil
+	}
+	if op.GetRequestRange() != nil || op.GetRequestTxn() != nil && rangesOnly(op.GetRequestTxn()) {
+		return ErrAuthOldRevision
+	}
+	return nil
+}
+
+// rangesOnly is etcd's IsTxnReadonly.
+func rangesOnly(t *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, o := range ops {
+			if o.GetRequestRange() == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // CheckAdmin is etcd's check that id may manage the cluster (the root
 // role).
 func (a *AuthStore) CheckAdmin(id AuthIdentity) error {

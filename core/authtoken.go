@@ -13,11 +13,21 @@ import (
 // instance over the engine verifies one with the store's Secret. A token
 // names its user, the CredRev of the user's password and the Epoch of
 // auth it was issued in, so a changed password, a deleted user and a
-// disabling void it, as they void etcd's. Unlike etcd's, its TTL runs
-// from issue, not from last use.
+// disabling void it, as they void etcd's. The expiry it carries is the
+// TTL from issue; the driver may keep a token alive longer on its last
+// use (etcd resets a simple token's TTL at each use) and hands a token so
+// kept on to another instance renewed (RenewToken).
 
 // tokenMAC is the length kept of a token's HMAC-SHA256.
 const tokenMAC = 16
+
+// simpleToken is a token's payload.
+type simpleToken struct {
+	user        string
+	cred, epoch uint64
+	expires     int64
+	nonce       []byte
+}
 
 // IssueToken returns a token for user valid until expires (wall-clock
 // Unix nanoseconds); nonce makes two tokens of one instant differ.
@@ -26,12 +36,16 @@ func (a *AuthStore) IssueToken(user string, expires int64, nonce []byte) string 
 	if u == nil {
 		return ""
 	}
+	return a.sealToken(simpleToken{user: user, cred: u.CredRev, epoch: a.Epoch, expires: expires, nonce: nonce})
+}
+
+func (a *AuthStore) sealToken(t simpleToken) string {
 	p := binary.AppendUvarint(nil, 1)
-	p = appendBytes(p, []byte(user))
-	p = binary.AppendUvarint(p, u.CredRev)
-	p = binary.AppendUvarint(p, a.Epoch)
-	p = binary.AppendVarint(p, expires)
-	p = appendBytes(p, nonce)
+	p = appendBytes(p, []byte(t.user))
+	p = binary.AppendUvarint(p, t.cred)
+	p = binary.AppendUvarint(p, t.epoch)
+	p = binary.AppendVarint(p, t.expires)
+	p = appendBytes(p, t.nonce)
 	return base64.RawURLEncoding.EncodeToString(p) + "." + base64.RawURLEncoding.EncodeToString(a.tokenMAC(p))
 }
 
@@ -42,32 +56,70 @@ func (a *AuthStore) tokenMAC(p []byte) []byte {
 	return m.Sum(nil)[:tokenMAC]
 }
 
-// Resolve is etcd's lookup of a token: the identity it stands for at
-// the store's current revision, or ErrAuthInvalidToken for a token that
-// is malformed, forged, expired (now, Unix nanoseconds) or void.
-func (a *AuthStore) Resolve(token string, now int64) (AuthIdentity, error) {
+// openToken decodes a token signed with the store's Secret; false for a
+// malformed or forged one.
+func (a *AuthStore) openToken(token string) (simpleToken, bool) {
 	payload, mac, ok := strings.Cut(token, ".")
 	if !ok {
-		return AuthIdentity{}, ErrAuthInvalidToken
+		return simpleToken{}, false
 	}
 	p, err1 := base64.RawURLEncoding.DecodeString(payload)
 	m, err2 := base64.RawURLEncoding.DecodeString(mac)
 	if err1 != nil || err2 != nil || len(a.Secret) == 0 || !hmac.Equal(m, a.tokenMAC(p)) {
-		return AuthIdentity{}, ErrAuthInvalidToken
+		return simpleToken{}, false
 	}
 	d := authDecoder{b: p}
 	ver := d.uvarint()
-	user := string(d.bytes())
-	cred, epoch := d.uvarint(), d.uvarint()
+	t := simpleToken{user: string(d.bytes()), cred: d.uvarint(), epoch: d.uvarint()}
 	exp, n := binary.Varint(d.b)
-	if d.err != nil || ver != 1 || n <= 0 || now >= exp || epoch != a.Epoch {
+	if d.err != nil || ver != 1 || n <= 0 {
+		return simpleToken{}, false
+	}
+	d.b = d.b[n:]
+	t.expires, t.nonce = exp, d.bytes()
+	if d.err != nil || len(d.b) != 0 {
+		return simpleToken{}, false
+	}
+	return t, true
+}
+
+// ResolveToken is Resolve but for the time: the identity a token stands
+// for at the store's current revision and the expiry it carries (Unix
+// nanoseconds), or ErrAuthInvalidToken for a token that is malformed,
+// forged or void.
+func (a *AuthStore) ResolveToken(token string) (id AuthIdentity, expires int64, err error) {
+	t, ok := a.openToken(token)
+	if !ok || t.epoch != a.Epoch {
+		return AuthIdentity{}, 0, ErrAuthInvalidToken
+	}
+	u := a.Users[t.user]
+	if u == nil || u.CredRev != t.cred {
+		return AuthIdentity{}, 0, ErrAuthInvalidToken
+	}
+	return AuthIdentity{User: t.user, Revision: a.Revision}, t.expires, nil
+}
+
+// Resolve is etcd's lookup of a token: the identity it stands for at
+// the store's current revision, or ErrAuthInvalidToken for a token that
+// is malformed, forged, expired (now, Unix nanoseconds) or void.
+func (a *AuthStore) Resolve(token string, now int64) (AuthIdentity, error) {
+	id, exp, err := a.ResolveToken(token)
+	if err != nil || now >= exp {
 		return AuthIdentity{}, ErrAuthInvalidToken
 	}
-	u := a.Users[user]
-	if u == nil || u.CredRev != cred {
-		return AuthIdentity{}, ErrAuthInvalidToken
+	return id, nil
+}
+
+// RenewToken returns token with its expiry replaced, signed again; false
+// for a token not signed with the store's Secret (a forged one gains
+// nothing). It does not judge whether the token is void or expired.
+func (a *AuthStore) RenewToken(token string, expires int64) (string, bool) {
+	t, ok := a.openToken(token)
+	if !ok {
+		return "", false
 	}
-	return AuthIdentity{User: user, Revision: a.Revision}, nil
+	t.expires = expires
+	return a.sealToken(t), true
 }
 
 // Login is the part of Authenticate after the password check: the user

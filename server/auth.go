@@ -20,9 +20,16 @@ import (
 
 // AuthConfig is etcd's auth flags.
 type AuthConfig struct {
-	// TokenTTL is how long a token from Authenticate is valid
-	// (--auth-token-ttl; default 300s).
+	// Token is --auth-token (ParseAuthToken); nil is simple tokens.
+	Token *AuthToken
+	// TokenTTL is how long a simple token stays valid after Authenticate
+	// and after each use (--auth-token-ttl; default 300s).
 	TokenTTL time.Duration
+	// TrackedTokens bounds the simple tokens an instance keeps the last
+	// use of (0: 65536); see authTokens.
+	TrackedTokens int
+	// Now is the tokens' clock (nil: time.Now), for tests.
+	Now func() time.Time
 	// BcryptCost is the cost of password hashes (--bcrypt-cost; default
 	// bcrypt.DefaultCost, as etcd).
 	BcryptCost int
@@ -138,10 +145,10 @@ func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIde
 	if !st.Enabled {
 		return core.AuthIdentity{}, nil
 	}
-	now := time.Now().UnixNano()
 	if tok, ok := tokenOf(ctx); ok {
-		return st.Resolve(tok, now)
+		return s.tokens.resolve(st, tok, forwarded(ctx))
 	}
+	now := time.Now().UnixNano()
 	if forwarded(ctx) {
 		if user, ok := st.Vouched(vouchedHeader(ctx), now); ok {
 			return core.AuthIdentity{User: user, Revision: st.Revision}, nil
@@ -161,7 +168,7 @@ func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIde
 // until ttl from now (0: for good, for a stream).
 func (s *Server) vouch(ctx context.Context, ttl time.Duration) []string {
 	if tok, ok := tokenOf(ctx); ok {
-		return []string{"token", tok}
+		return []string{"token", s.tokens.forward(tok, func() (*core.AuthStore, error) { return s.authView(ctx, nil, false) })}
 	}
 	if !s.cfg.ClientCertAuth || forwarded(ctx) {
 		return nil
@@ -338,7 +345,5 @@ func (s *Server) authenticate(ctx context.Context, name, password string) (strin
 		s.log.Info("authentication failed", "user", name)
 		return "", cmp.Or(err, core.ErrAuthFailed)
 	}
-	nonce := make([]byte, 8)
-	_, _ = rand.Read(nonce)
-	return st.IssueToken(name, time.Now().Add(s.auth.cfg.TokenTTL).UnixNano(), nonce), nil
+	return s.tokens.issue(st, name)
 }

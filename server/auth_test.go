@@ -603,17 +603,22 @@ func TestAuthAsEtcdOnOneInstance(t *testing.T) {
 // itself against the store in its snapshot.
 func TestAuthAsEtcdThroughAFollower(t *testing.T) {
 	want := etcdTranscript(t)
+	compareTranscripts(t, want, runAuthScript(t, authFollower(t, authConfig)))
+}
+
+// authFollower starts three instances with auth over one mock TiKV and
+// returns the address of a follower.
+func authFollower(t *testing.T, auth server.AuthConfig) string {
+	t.Helper()
 	eng, err := tikv.NewMock(tikv.MockOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
 	c := newCluster(t, eng, 3)
-	c.tweak = func(cfg *server.Config) { cfg.Auth = authConfig }
+	c.tweak = func(cfg *server.Config) { cfg.Auth = auth }
 	c.startAll()
-	l := c.awaitLeader()
-	follower := c.ins[(l+1)%3]
-	compareTranscripts(t, want, runAuthScript(t, follower.addr))
+	return c.ins[(c.awaitLeader()+1)%3].addr
 }
 
 // certPKI is a CA, a server certificate for 127.0.0.1 and client

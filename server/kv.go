@@ -125,7 +125,10 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, toGRPC(err)
 	}
 	if err := k.s.authorize(ctx, rd, led, func(st *core.AuthStore, id core.AuthIdentity) error {
-		return st.Check(id, r.Key, r.RangeEnd, false)
+		if err := st.Check(id, r.Key, r.RangeEnd, false); err != nil {
+			return err
+		}
+		return st.CheckServed(id, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}})
 	}); err != nil {
 		return nil, toGRPC(err)
 	}
@@ -173,7 +176,10 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	out, err := forward(k.s, ctx, func() (T, error) {
 		var zero T
 		if err := k.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
-			return st.CheckOp(id, op, k.s.leaseKeys)
+			if err := st.CheckOp(id, op, k.s.leaseKeys); err != nil {
+				return err
+			}
+			return st.CheckServed(id, op)
 		}); err != nil {
 			return zero, err
 		}

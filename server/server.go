@@ -151,6 +151,7 @@ type Server struct {
 	peers     *peers
 	counts    counter
 	auth      authState
+	tokens    *authTokens
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -191,6 +192,10 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		ctx:     ctx, cancel: cancel,
 	}
 	s.auth.cfg = cfg.Auth.withDefaults()
+	s.tokens = newAuthTokens(s.auth.cfg)
+	if t := cfg.Auth.Token; t != nil && len(t.unknown) > 0 {
+		s.log.Warn("unknown JWT options", "keys", t.unknown)
+	}
 	s.member = core.NewMember(core.MemberConfig{
 		ID: s.id, Addr: s.advertised(), Lease: cfg.Lease, RenewEvery: cfg.RenewEvery,
 		MaxDrift: cfg.MaxDrift, EngineDeadline: cfg.EngineDeadline, Exclusive: cfg.Exclusive,

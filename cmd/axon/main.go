@@ -123,8 +123,8 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
 	fl.DurationVar(&f.maxClockDrift, "max-clock-drift", 100*time.Millisecond, "largest clock difference between instances (safety depends on it)")
 	fl.DurationVar(&f.engineDeadline, "engine-deadline", 2*time.Second, "longest an engine transaction may take; later commits are abandoned")
-	fl.StringVar(&f.authToken, "auth-token", "simple", "kind of auth token: simple (signed by a secret the instances share in the engine; any instance accepts it)")
-	fl.UintVar(&f.authTokenTTL, "auth-token-ttl", 300, "seconds an auth token stays valid after Authenticate")
+	fl.StringVar(&f.authToken, "auth-token", "simple", "kind of auth token, as etcd's: simple (signed by a secret the instances share in the engine), or jwt,pub-key=FILE,priv-key=FILE,sign-method=RS256|PS256|ES256|EdDSA|HS256|...,ttl=5m")
+	fl.UintVar(&f.authTokenTTL, "auth-token-ttl", 300, "seconds a simple token stays valid after Authenticate and after each use on an instance")
 	fl.IntVar(&f.bcryptCost, "bcrypt-cost", bcrypt.DefaultCost, fmt.Sprintf("cost of the bcrypt hashes of passwords (%d to %d)", bcrypt.MinCost, bcrypt.MaxCost))
 	fl.BoolVar(&f.upgradeData, "upgrade-data", false, "upgrade a data directory (or TiKV store) of an older format in place before serving; back it up first: older binaries cannot read it afterwards")
 	return cmd
@@ -201,7 +201,8 @@ const shutdownTimeout = 30 * time.Second
 type failedFunc func() error
 
 func serve(ctx context.Context, f serveFlags) (err error) {
-	if err := f.checkAuth(); err != nil {
+	authToken, err := f.checkAuth()
+	if err != nil {
 		return err
 	}
 	// hardStop ends the process if a shutdown hangs; serve disarms it
@@ -311,7 +312,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		Name: f.name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log, ProgressNotifyInterval: f.progressNotify,
 		MaxRequestBytes: f.maxRequestBytes, AutoCompaction: ac, KeepAlive: f.keepAlive, Quota: f.quotaFor(), MaxConcurrentStreams: f.maxStreams, MaxInflight: f.maxInflight,
 		ReadMemory: readMemory(f.readMemory, f.memoryBudget), Metrics: f.metrics, MemoryBudget: f.memoryBudget,
-		Auth: server.AuthConfig{TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
+		Auth: server.AuthConfig{Token: authToken, TokenTTL: time.Duration(f.authTokenTTL) * time.Second, BcryptCost: f.bcryptCost}, ClientCertAuth: f.clientTLS.clientCertAuth,
 	}, eng)
 	if err != nil {
 		return err
@@ -560,13 +561,15 @@ func metricsMux(ready *atomic.Bool, srv *atomic.Pointer[server.Server], check *a
 	return mux
 }
 
-// checkAuth refuses auth flags Axon cannot honour.
-func (f serveFlags) checkAuth() error {
-	if kind, _, _ := strings.Cut(f.authToken, ","); kind != "simple" {
-		return fmt.Errorf("--auth-token %q: Axon supports simple tokens only (JWT is not implemented yet)", f.authToken)
-	}
+// checkAuth refuses auth flags Axon cannot honour and reads the JWT
+// keys --auth-token names.
+func (f serveFlags) checkAuth() (*server.AuthToken, error) {
 	if f.bcryptCost < bcrypt.MinCost || f.bcryptCost > bcrypt.MaxCost {
-		return fmt.Errorf("--bcrypt-cost %d: want %d to %d", f.bcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+		return nil, fmt.Errorf("--bcrypt-cost %d: want %d to %d", f.bcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
 	}
-	return nil
+	t, err := server.ParseAuthToken(f.authToken)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-token: %w", err)
+	}
+	return t, nil
 }
