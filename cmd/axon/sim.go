@@ -23,6 +23,7 @@ type simFlags struct {
 	breakDrift  bool
 	skipChecks  float64
 	dealEagerly bool
+	staleAuth   bool
 	outDir      string
 }
 
@@ -47,12 +48,13 @@ func simCmd() *cobra.Command {
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
 	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
 	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
+	fl.BoolVar(&f.staleAuth, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, StaleAuthReads: f.staleAuth, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -65,6 +67,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.dealEagerly {
 		s += " --deal-eagerly"
+	}
+	if f.staleAuth {
+		s += " --stale-auth-reads"
 	}
 	return s
 }
