@@ -16,7 +16,8 @@ import (
 // leader's copy is the store for as long as it leads, and checks there
 // read no engine; gen, bumped at every change of role, voids a copy
 // loaded in an earlier term, since another leader may have changed the
-// store meanwhile. Elsewhere a check reads MetaAuthSeq in the request's
+// store meanwhile (and, bumped when a change fails, a copy loaded from a
+// snapshot that may predate it). Elsewhere a check reads MetaAuthSeq in the request's
 // own engine snapshot (or a new one) and loads the store again when it
 // moved: a change acknowledged before a request starts is seen by it on
 // every instance.
@@ -218,8 +219,11 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 		switch {
 		case err != nil && next != nil:
 			// The commit failed, maybe uncertainly (it may land later):
-			// read the engine until it surely has or never will.
+			// read the engine until it surely has or never will. A check
+			// that looked before now may load a snapshot without the
+			// change after it: gen voids what it keeps.
 			a.distrust.Store(int64(d.cfg.Clock.Now() + d.engineDeadline))
+			a.gen.Add(1)
 			a.cur.Store(nil)
 			next = nil
 		case next != nil:

@@ -172,9 +172,9 @@ func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
 // when its client was told.
 type authChain struct {
 	seq0   uint64
-	models []*authModel     // models[i]: at Seq seq0+i
-	from   []time.Duration  // from[i]: the commit call of Seq seq0+i
-	acked  []time.Duration  // acked[i]: its acknowledgement (-1: none)
+	models []*authModel      // models[i]: at Seq seq0+i
+	from   []time.Duration   // from[i]: the commit call of Seq seq0+i
+	acked  []time.Duration   // acked[i]: its acknowledgement (-1: none)
 	change []core.AuthChange // change[i]: what made Seq seq0+i
 }
 
@@ -185,7 +185,7 @@ type authChain struct {
 // outcome; every acknowledged change must have applied, the applied
 // ones must make a chain of Seqs without gaps, and the last store of the
 // model must be the engine's.
-func (w *World) checkAuth() error {
+func (w *World) checkAuth(res *Result) error {
 	if !w.plan.Auth {
 		return nil
 	}
@@ -193,6 +193,7 @@ func (w *World) checkAuth() error {
 	if err != nil {
 		return err
 	}
+	res.authChanges = len(chain.models) - 1
 	for _, cl := range w.hist.calls {
 		if cl.user == "" || cl.user == authRoot {
 			continue
@@ -218,6 +219,11 @@ func (w *World) checkAuth() error {
 		fits := false
 		for i := lo; i <= hi && !fits; i++ {
 			fits = chain.models[i].allows(cl.user, ns) == allowed
+		}
+		if allowed {
+			res.authJudged[0]++
+		} else {
+			res.authJudged[1]++
 		}
 		if !fits {
 			verdict := "allowed"

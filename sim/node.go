@@ -79,39 +79,39 @@ func (n *node) start() {
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
 		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, Hooks: driver.Hooks{
-		Check: func(m *core.Member) {
-			if nd := m.Node(); nd != nil {
-				n.w.checkTermLedOnce(n.id(), m.Term(), nd)
-				n.lastCommitted = nd.Committed()
-				if err := nd.Invariants(); err != nil && n.w.violation == nil {
-					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+			Check: func(m *core.Member) {
+				if nd := m.Node(); nd != nil {
+					n.w.checkTermLedOnce(n.id(), m.Term(), nd)
+					n.lastCommitted = nd.Committed()
+					if err := nd.Invariants(); err != nil && n.w.violation == nil {
+						n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+					}
+					n.checkCompacted(nd)
 				}
-				n.checkCompacted(nd)
-			}
-		},
-		Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
-		Unclaimed: func(r core.Response) {
-			if r.ID == 0 && r.Lease != 0 && r.Err == nil {
-				n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
-			}
-		},
-		RoleChanged: func(m *core.Member) {
-			n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
-			if m.Role() != core.Leader {
-				for _, id := range n.subIDs() {
-					sub := n.subs[id]
-					delete(n.subs, id)
-					sub.c.watchBroken(sub.cw)
+			},
+			Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
+			Unclaimed: func(r core.Response) {
+				if r.ID == 0 && r.Lease != 0 && r.Err == nil {
+					n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
 				}
-			}
-		},
-		HandedOff: func(rec *core.ElectionRecord) {
-			// Tell the successor at once rather than let it notice.
-			if to := n.w.nodeAt(rec.Addr); to != nil {
-				n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
-			}
-		},
-	}})
+			},
+			RoleChanged: func(m *core.Member) {
+				n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
+				if m.Role() != core.Leader {
+					for _, id := range n.subIDs() {
+						sub := n.subs[id]
+						delete(n.subs, id)
+						sub.c.watchBroken(sub.cw)
+					}
+				}
+			},
+			HandedOff: func(rec *core.ElectionRecord) {
+				// Tell the successor at once rather than let it notice.
+				if to := n.w.nodeAt(rec.Addr); to != nil {
+					n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
+				}
+			},
+		}})
 	n.w.note("%s start", n.id())
 	n.tick()
 }

@@ -251,6 +251,10 @@ type Result struct {
 	lateVia [2]int
 	// increments counts the hot-counter increments that applied.
 	increments int
+	// authJudged counts the permission decisions the auth check judged,
+	// [allowed, denied]; authChanges the auth changes that applied.
+	authJudged  [2]int
+	authChanges int
 }
 
 // Line renders the result on one line.
