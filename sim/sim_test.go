@@ -92,6 +92,20 @@ func TestSwarm(t *testing.T) {
 	}
 }
 
+// replaysAndPassesClean checks that seed r, failing under cfg, replays
+// bit for bit, and passes once unplant takes the planted bug out.
+func replaysAndPassesClean(t *testing.T, cfg Config, r Result, unplant func(*Config)) {
+	t.Helper()
+	cfg.Seed = r.Seed
+	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
+		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
+	}
+	unplant(&cfg)
+	if clean := Run(cfg); clean.Err != nil {
+		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
+	}
+}
+
 // TestPorcupineAgrees cross-checks a few short histories with
 // porcupine's own search as well as the revision-order witness.
 func TestPorcupineAgrees(t *testing.T) {
@@ -125,14 +139,7 @@ func TestSkippedConflictCheckIsCaught(t *testing.T) {
 		t.Fatal("200 seeds with skipped conflict checks all passed: the checks see no lost update")
 	}
 	t.Logf("found at seed %d in %v: %s", r.Seed, time.Since(start).Round(time.Millisecond), r.Line())
-	cfg.Seed = r.Seed
-	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
-		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
-	}
-	cfg.SkipConflictChecks = 0
-	if clean := Run(cfg); clean.Err != nil {
-		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
-	}
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.SkipConflictChecks = 0 })
 }
 
 // TestEagerDealingIsCaught plants the bug class the kube-apiserver suite
@@ -151,14 +158,7 @@ func TestEagerDealingIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by an empty revision: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	cfg.Seed = r.Seed
-	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
-		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
-	}
-	cfg.DealEagerly = false
-	if clean := Run(cfg); clean.Err != nil {
-		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
-	}
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.DealEagerly = false })
 }
 
 // TestLostUpdateIsSeen builds the lost update itself: two hot-counter
@@ -281,14 +281,7 @@ func TestStaleAuthReadsIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by the auth check: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	cfg.Seed = r.Seed
-	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
-		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
-	}
-	cfg.StaleAuthReads = false
-	if clean := Run(cfg); clean.Err != nil {
-		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
-	}
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.StaleAuthReads = false })
 }
 
 // TestAuthDimension checks that the auth world does what it is for: the
