@@ -135,7 +135,9 @@
 // change counter under MetaAuthSeq; AuthWrites are the writes that store
 // it and record format 4. Changes take no KV revision, as in etcd: the
 // driver runs them in an engine transaction of their own, on the leader,
-// and checks requests against the store before dealing them.
+// and checks requests against the store before dealing them. Which copy
+// of the store a check uses is package driver's rule (driver.LookAuth);
+// ReadAuthSeq is the one small read that tells a copy is current.
 //
 // # Writing a driver
 //

@@ -4,6 +4,16 @@
 // responses and role changes to hooks, starts work), backs retried work
 // off by its attempt, and feeds results back with Done.
 //
+// It also keeps the member's copy of the auth store and decides, per
+// check, whether that copy may be used or the store must be read from the
+// request's engine snapshot (LookAuth, LoadAuth: the leader trusts its
+// copy within its term, others read the store's counter every time), and
+// runs the changes of the store on the leader, one at a time
+// (ChangeAuth, through an AuthEngine): a permission revoked is never
+// honoured by a request that starts after the revoke was acknowledged,
+// on any instance. Who a call runs as (tokens, certificates) is the
+// server's business; the driver only picks the store.
+//
 // What differs between the two worlds comes in through small interfaces:
 // a Clock (wall time and timers, or virtual time), an Executor (engine
 // IO on goroutines, or as simulated events with latency and faults) and

@@ -79,6 +79,12 @@ type Config struct {
 	// RetryEvery is how soon a refused call is tried again if the leader
 	// does not change first (default 20 ms).
 	RetryEvery time.Duration
+	// AuthSecret draws the token secret of an auth store created by the
+	// first change (nil: a store without one).
+	AuthSecret func() ([]byte, error)
+	// Binary names this binary in the format record an auth change writes
+	// (core.AuthWrites).
+	Binary string
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -97,6 +103,10 @@ type Driver struct {
 	readWaiting   []func(int64, error)
 	readBusy      bool
 	known         atomic.Int64 // the newest commit point learned
+	auth          authState
+	// engineDeadline is the member's, read once: its config changes
+	// under the lock.
+	engineDeadline time.Duration
 }
 
 // New returns a driver of cfg.Member.
@@ -105,7 +115,11 @@ func New(cfg Config) *Driver {
 	if mu == nil {
 		mu = &sync.Mutex{}
 	}
-	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){}}
+	if cfg.AuthSecret == nil {
+		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
+	}
+	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){},
+		engineDeadline: cfg.Member.Config().EngineDeadline}
 }
 
 // Member is the driven member; read it only with the lock held.
@@ -193,6 +207,7 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 		}
 	}
 	if rd.RoleChanged {
+		d.auth.gen.Add(1) // another leader may have changed the auth store
 		if d.m.Node() == nil {
 			// The node that held these requests is gone and will never
 			// answer them.

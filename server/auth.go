@@ -3,17 +3,16 @@ package server
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 )
@@ -45,84 +44,27 @@ func (c AuthConfig) withDefaults() AuthConfig {
 	return c
 }
 
-// authState is this instance's copy of the auth store.
-//
-// Every change runs on the leader (forwarded like a write), under mu, in
-// one engine transaction, and replaces the copy before it is answered.
-// So the leader's copy is the store for as long as it leads, and checks
-// there (writes, leases, watches) read no engine; gen, bumped at every
-// change of role, voids a copy loaded in an earlier term, since another
-// leader may have changed the store meanwhile. Elsewhere a check reads
-// MetaAuthSeq in the request's own engine snapshot (or a new one) and
-// loads the store again when it moved: a change acknowledged before a
-// request starts is seen by it on every instance.
+// authState is what the server keeps for auth beyond the driver's copy
+// of the store (driver.LookAuth says when checks may use it).
 type authState struct {
 	cfg AuthConfig
-	mu  sync.Mutex // serialises changes
 	// dummy is compared against when Authenticate finds no password to
 	// compare with, so a failed attempt costs bcrypt's time either way.
 	dummy     []byte
 	dummyOnce sync.Once
-	gen       atomic.Uint64
-	cur       atomic.Pointer[authCopy]
-	// distrust (Unix nanoseconds) is when a change whose commit failed
-	// has surely landed or never will (the engine deadline): until then
-	// the leader's copy is not the store, and checks read the engine.
-	distrust atomic.Int64
-}
-
-type authCopy struct {
-	store *core.AuthStore
-	gen   uint64
-	// leader says the copy was loaded or written while leading in gen.
-	leader bool
 }
 
 // authView returns the auth store a request is checked against. led says
 // the caller leads (its snapshot is the leader's); rd, when not nil, is
 // the request's engine snapshot.
 func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*core.AuthStore, error) {
-	g := s.auth.gen.Load()
-	cur := s.auth.cur.Load()
-	if led && s.auth.trusted(cur) {
-		return cur.store, nil
-	}
-	led = led && time.Now().UnixNano() >= s.auth.distrust.Load()
-	if rd == nil {
+	return s.drv.AuthView(rd, led, func() (core.Reader, func(), error) {
 		txn, err := s.eng.Begin(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		defer txn.Rollback()
-		rd = storage.NewReader(txn)
-	}
-	seq, err := core.ReadAuthSeq(rd)
-	if err != nil {
-		return nil, err
-	}
-	st := (*core.AuthStore)(nil)
-	if cur != nil && cur.store.Seq == seq {
-		st = cur.store
-	} else if st, err = core.ReadAuth(rd); err != nil {
-		return nil, err
-	} else if st == nil {
-		st = core.NewAuthStore(nil)
-	}
-	s.auth.keep(&authCopy{store: st, gen: g, leader: led})
-	return st, nil
-}
-
-// keep replaces the copy unless it is newer than c.
-func (a *authState) keep(c *authCopy) {
-	for {
-		old := a.cur.Load()
-		if old != nil && old.store.Seq > c.store.Seq {
-			return
-		}
-		if a.cur.CompareAndSwap(old, c) {
-			return
-		}
-	}
+		return storage.NewReader(txn), txn.Rollback, nil
+	})
 }
 
 // tokenOf returns the token a call carries: gRPC's "token" metadata, or
@@ -213,16 +155,10 @@ func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
 	// A copy kept while leading, with no change of role since, says this
 	// instance leads (a role change bumps gen as it happens): no need to
 	// ask the member.
-	if !s.auth.trusted(s.auth.cur.Load()) && !s.step(nil) {
+	if !s.drv.AuthTrusted() && !s.step(nil) {
 		return core.ErrNotLeader
 	}
 	return s.authorize(ctx, nil, true, check)
-}
-
-// trusted reports whether cur is the leader's copy of this term: the
-// store itself.
-func (a *authState) trusted(cur *authCopy) bool {
-	return cur != nil && cur.leader && cur.gen == a.gen.Load() && time.Now().UnixNano() >= a.distrust.Load()
 }
 
 // Checks that etcd makes of calls other than key ranges.
@@ -252,64 +188,49 @@ func (s *Server) leaseKeys(lease int64) [][]byte {
 	return keys
 }
 
-// changeAuth applies a change to the auth store on the leader: one
-// engine transaction reads the stored store, checks that the caller of
-// ctx may change it (the root role, once auth is on), applies ch to a
-// copy and writes it back; then the copy becomes this instance's.
+// changeAuth applies a change to the auth store on the leader
+// (driver.ChangeAuth): the caller of ctx must be allowed to by the
+// stored store (the root role, once auth is on).
 func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
-	s.auth.mu.Lock()
-	defer s.auth.mu.Unlock()
-	if !s.step(nil) {
-		return core.ErrNotLeader
-	}
-	g := s.auth.gen.Load()
-	// As a write: land within the engine deadline or not at all, so a
-	// new leader's first read of the store sees it (DESIGN §9).
-	tctx, cancel := context.WithTimeout(ctx, s.mcfg.EngineDeadline/2)
-	defer cancel()
-	var next *core.AuthStore
-	err := exec.Update(tctx, s.eng, func(rd core.Reader) ([]core.Write, error) {
-		st, err := core.ReadAuth(rd)
-		if err != nil {
-			return nil, err
-		}
-		if st == nil {
-			secret := make([]byte, 32)
-			if _, err := rand.Read(secret); err != nil {
-				return nil, err
-			}
-			st = core.NewAuthStore(secret)
-		}
-		if st.Enabled {
+	done := make(chan error, 1)
+	s.drv.ChangeAuth(driver.AuthChange{
+		Change: ch,
+		Admit: func(st *core.AuthStore) error {
 			id, err := s.identify(ctx, st)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if err := st.CheckAdmin(id); err != nil {
-				return nil, err
-			}
+			return st.CheckAdmin(id)
+		},
+		Engine: authEngine{s: s, ctx: ctx},
+	}, func(next *core.AuthStore, err error) {
+		if next != nil {
+			s.log.Info("auth store changed", "change", authChangeName(ch), "auth_revision", next.Revision)
 		}
-		st = st.Clone()
-		changed, err := st.Apply(ch)
-		if err != nil || !changed {
-			return nil, err
-		}
-		next = st
-		return core.AuthWrites(st, BinaryVersion()), nil
+		done <- err
 	})
-	if err != nil && next != nil {
-		// The commit failed, maybe uncertainly (it may land later): read
-		// the engine until it surely has or never will.
-		s.auth.distrust.Store(time.Now().Add(s.mcfg.EngineDeadline).UnixNano())
-		s.auth.cur.Store(nil)
+	select {
+	case err := <-done:
 		return err
+	case <-ctx.Done():
+		return ctx.Err() // it may still apply, as a write may
+	case <-s.ctx.Done():
+		return core.ErrStopped
 	}
-	if err != nil || next == nil {
-		return err
-	}
-	s.auth.keep(&authCopy{store: next, gen: g, leader: true})
-	s.log.Info("auth store changed", "change", authChangeName(ch), "auth_revision", next.Revision)
-	return nil
+}
+
+// authEngine runs an auth change's transaction for the call of ctx.
+type authEngine struct {
+	s   *Server
+	ctx context.Context
+}
+
+func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func(error)) {
+	// As a write: land within the engine deadline or not at all, so a
+	// new leader's first read of the store sees it (DESIGN §9).
+	ctx, cancel := context.WithTimeout(e.ctx, e.s.mcfg.EngineDeadline/2)
+	defer cancel()
+	done(exec.Update(ctx, e.s.eng, fn))
 }
 
 // authChangeName names a change for the log: never its fields, which may

@@ -203,7 +203,12 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	})
 	s.mcfg = s.member.Config()
 	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
-		Transport: peerTransport{s}, Refused: refused,
+		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(),
+		AuthSecret: func() ([]byte, error) {
+			secret := make([]byte, 32)
+			_, err := rand.Read(secret)
+			return secret, err
+		},
 		Hooks: driver.Hooks{
 			Watch: func(n *core.Node, wr core.WatchResponse) {
 				if ws := s.watches[wr.ID]; ws != nil {
@@ -308,7 +313,6 @@ func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
 
 // roleChanged acts on a change of leadership; called with s.mu held.
 func (s *Server) roleChanged() {
-	s.auth.gen.Add(1) // the auth store may have changed under another leader
 	role := s.member.Role()
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()

@@ -50,6 +50,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkNoEmptyRevisions(); err != nil {
 		return err
 	}
+	if err := w.checkAuth(res); err != nil {
+		return err
+	}
 	if err := w.checkLeaseDeadlines(); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ const (
 	opRevoke
 	opKeepAlive
 	opCompact
+	opAuth // a change of the auth store (the admin's)
 )
 
 // input is what a client asked.
@@ -33,6 +34,7 @@ type input struct {
 	rev   int64
 	// counter marks the read and the Txn of a hot-counter CAS loop.
 	counter bool
+	auth    core.AuthChange
 }
 
 type callStatus uint8
@@ -61,6 +63,7 @@ type call struct {
 	patched    *attempt      // the attempt the engine shows applied
 	released   time.Duration // when a leader released its answer
 	viaLeader  bool          // it entered the cluster at the leader
+	user       string        // who it runs as, in a world with auth on
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).
@@ -97,7 +100,9 @@ type client struct {
 	list    *listState
 	counter *counterLoop
 	watcher bool
-	final   bool // the post-heal liveness operation is out
+	user    string // who its calls run as, in a world with auth on
+	admin   bool   // it changes the auth store among its traffic
+	final   bool   // the post-heal liveness operation is out
 	// compacted is a compact revision this client's compaction stored:
 	// its next call reads everything at it, while the sweep runs.
 	compacted int64
@@ -247,6 +252,9 @@ func (c *client) next() input {
 		c.compacted = 0
 		return input{kind: opRange, rng: &pb.RangeRequest{Key: []byte("/"), RangeEnd: []byte("0"), Revision: rev}}
 	}
+	if c.admin && w.chance(w.plan.AuthShare) {
+		return c.authChange()
+	}
 	if hot := w.plan.HotKeys; c.counter == nil && len(hot) > 0 && w.chance(w.plan.HotShare/2) {
 		c.counter = &counterLoop{key: hot[w.rng.IntN(len(hot))]}
 	}
@@ -356,6 +364,10 @@ func (c *client) issue() {
 func (c *client) send(in input) {
 	w := c.w
 	cl := w.hist.add(c, in, w.now)
+	cl.user = c.user
+	if c.final && c.user != "" {
+		cl.user = authRoot // liveness needs the final write through
+	}
 	c.cur = cl
 	n := c.targetNode()
 	cl.viaLeader = n.up && n.member.Role() == core.Leader
@@ -407,8 +419,11 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 		cl.status = unknown // it may yet be applied
 	default:
 		cl.status = answered
-		if err != nil && cl.in.kind == opRange && !isEtcdError(err) {
+		if err != nil && cl.in.kind == opRange && !isEtcdError(err) && !isAuthError(err) {
 			cl.status = failed // the engine failed the read
+		}
+		if err != nil && cl.in.kind == opAuth && !isAuthError(err) {
+			cl.status = unknown // the engine failed the commit: it may land
 		}
 	}
 	w.note("c%d op%d answered r%d err=%v", c.idx, cl.id, rev, err)

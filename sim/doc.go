@@ -1,8 +1,8 @@
 // Package sim is Axon's deterministic simulator: the same core that the
 // server drives, driven instead in virtual time by one goroutine, with
 // every choice drawn from one PCG seeded by the run's seed, so a failing
-// seed replays bit for bit (Result.Hash is the trace's hash; a test
-// checks it).
+// seed replays bit for bit (Result.Hash is the trace's hash; a test checks
+// it).
 //
 // A World holds three nodes (core.Member plus a small driver whose memory
 // a crash wipes) over one faulty memkv engine, and clients with
@@ -13,25 +13,35 @@
 // compactions, lease expiry; and of traffic: hot keys (most operations on
 // 1–3 keys, counters incremented by Get-then-CAS loops, more clients) and
 // clients that abandon calls (a timeout as short as one commit, or a
-// cancel right after sending) that may still apply; slow watch readers,
-// a small event ring, and serializable reads a follower answers at the
-// newest commit point it learned. After the client
-// budget is spent the faults heal and every client must get a write
-// through and every watch must catch up (liveness).
+// cancel right after sending) that may still apply; slow watch readers, a
+// small event ring, and serializable reads a follower answers at the
+// newest commit point it learned; and auth (auth.go): the engine starts
+// with a store of root, users and roles, the clients run as those users (a
+// call names its user, as a client certificate would), and an admin client
+// grants and revokes permissions and roles among its traffic, through
+// leader and followers, under the same faults. Nodes check ranges, writes
+// and compactions as the server does, with the driver's choice of store.
+// After the client budget is spent the faults heal and every client must
+// get a write through and every watch must catch up (liveness).
 //
-// Then check.go resolves every call the clients could not tell about
-// from the engine's revision records, and runs the checkers: no lost or
-// unexplained write, a final state that is the replay of the events,
-// every applied compare-and-swap on one key swapped the revision it
-// compared (no lost update, counters count every increment), a
-// linearizable history (linearizability) with every serializable read
-// the store as of its revision, etcd's guarantees on every watch
-// stream, and a snapshot (core.Export) that holds exactly the events
-// since the compaction and the versions alive at it; core invariants
-// run after every step, with one across nodes: a term is led by one
-// node, once. A crashed node's pending answers die with it. Config's
-// BreakDrift, SkipConflictChecks, DealEagerly and EarlyLeaseGone break an
-// assumption or plant a bug, for tests that prove the checkers see what
-// they are for.
-// cmd/axon's `axon sim` runs one seed or a swarm.
+// Then check.go resolves every call the clients could not tell about from
+// the engine's revision records, and runs the checkers: no lost or
+// unexplained write, a final state that is the replay of the events, every
+// applied compare-and-swap on one key swapped the revision it compared (no
+// lost update, counters count every increment), a linearizable history
+// (linearizability) with every serializable read the store as of its
+// revision, etcd's guarantees on every watch stream, every permission
+// decision fits an auth store between the newest change acknowledged
+// before the request started and the newest committed before it was
+// decided (authcheck.go: its own model of the store, uncertain changes
+// resolved by the engine's outcome of their transactions, the chain of
+// applied changes checked against the engine's final store; lease calls,
+// watches and puts that attach a lease are not judged), and a snapshot
+// (core.Export) that holds exactly the events since the compaction and the
+// versions alive at it; core invariants run after every step, with one
+// across nodes: a term is led by one node, once. A crashed node's pending
+// answers die with it. Config's BreakDrift, SkipConflictChecks,
+// DealEagerly, EarlyLeaseGone and StaleAuthReads break an assumption or plant a bug, for
+// tests that prove the checkers see what they are for. cmd/axon's `axon
+// sim` runs one seed or a swarm.
 package sim

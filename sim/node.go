@@ -34,6 +34,7 @@ type node struct {
 	calls         map[core.RequestID]*call // every call proposed here, for ground truth
 	nextWatch     core.WatchID
 	subs          map[core.WatchID]*watchSub
+	authSnap      storage.Txn // the planted StaleAuthReads' snapshot
 }
 
 // watchSub is a client watch served by this node while it leads.
@@ -70,45 +71,47 @@ func (n *node) start() {
 	n.epoch++
 	n.calls = map[core.RequestID]*call{}
 	n.subs = map[core.WatchID]*watchSub{}
+	n.authSnap = nil
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
 		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
-	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Hooks: driver.Hooks{
-		Check: func(m *core.Member) {
-			if nd := m.Node(); nd != nil {
-				n.w.checkTermLedOnce(n.id(), m.Term(), nd)
-				n.lastCommitted = nd.Committed()
-				if err := nd.Invariants(); err != nil && n.w.violation == nil {
-					n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
+		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, Hooks: driver.Hooks{
+			Check: func(m *core.Member) {
+				if nd := m.Node(); nd != nil {
+					n.w.checkTermLedOnce(n.id(), m.Term(), nd)
+					n.lastCommitted = nd.Committed()
+					if err := nd.Invariants(); err != nil && n.w.violation == nil {
+						n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
+					}
+					n.checkCompacted(nd)
 				}
-				n.checkCompacted(nd)
-			}
-		},
-		Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
-		Unclaimed: func(r core.Response) {
-			if r.ID == 0 && r.Lease != 0 && r.Err == nil {
-				n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
-			}
-		},
-		RoleChanged: func(m *core.Member) {
-			n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
-			if m.Role() != core.Leader {
-				for _, id := range n.subIDs() {
-					sub := n.subs[id]
-					delete(n.subs, id)
-					sub.c.watchBroken(sub.cw)
+			},
+			Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
+			Unclaimed: func(r core.Response) {
+				if r.ID == 0 && r.Lease != 0 && r.Err == nil {
+					n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
 				}
-			}
-		},
-		HandedOff: func(rec *core.ElectionRecord) {
-			// Tell the successor at once rather than let it notice.
-			if to := n.w.nodeAt(rec.Addr); to != nil {
-				n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
-			}
-		},
-	}})
+			},
+			RoleChanged: func(m *core.Member) {
+				n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
+				if m.Role() != core.Leader {
+					for _, id := range n.subIDs() {
+						sub := n.subs[id]
+						delete(n.subs, id)
+						sub.c.watchBroken(sub.cw)
+					}
+				}
+			},
+			HandedOff: func(rec *core.ElectionRecord) {
+				// Tell the successor at once rather than let it notice.
+				if to := n.w.nodeAt(rec.Addr); to != nil {
+					n.w.send(n, to, "transfer", func() { to.drv.Step(func(m *core.Member) { m.Refresh() }, nil) })
+				}
+			},
+		}})
 	n.w.note("%s start", n.id())
 	n.tick()
 }
@@ -388,20 +391,32 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 		return
 	}
 	submit := func(sub func(nd *core.Node, id core.RequestID)) {
-		n.propose(c, sub, func(a answer, err error) {
+		if !n.propose(c, sub, func(a answer, err error) {
 			*got = a
 			done(err)
+		}) {
+			done(core.ErrNotLeader)
+		}
+	}
+	// checked submits once the call passes the auth check.
+	checked := func(sub func(nd *core.Node, id core.RequestID)) {
+		n.authorizeLeader(c, func(err error) {
+			if err != nil {
+				done(err)
+				return
+			}
+			submit(sub)
 		})
 	}
 	switch c.in.kind {
 	case opWrite:
-		submit(func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
+		checked(func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
 	case opGrant:
 		submit(func(nd *core.Node, id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
 	case opRevoke:
 		submit(func(nd *core.Node, id core.RequestID) { nd.Revoke(id, c.in.lease) })
 	case opCompact:
-		submit(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
+		checked(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
 	case opKeepAlive:
 		if _, err := nd.TimeToLive(c.in.lease, n.clock()); err != nil && n.w.cfg.EarlyLeaseGone {
 			*got = answer{lease: leaseReply{id: c.in.lease}, rev: nd.Committed()}
@@ -409,6 +424,8 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 			return
 		}
 		submit(func(nd *core.Node, id core.RequestID) { nd.KeepAlive(id, c.in.lease, n.clock()) })
+	case opAuth:
+		n.changeAuth(c, done)
 	}
 }
 
@@ -427,8 +444,9 @@ func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 
 // propose submits a call through the driver; its answer comes to
 // answered (ErrLeaderChanged, an unknown outcome, if the lead is lost).
-func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answered func(answer, error)) {
-	n.drv.Propose(func(nd *core.Node, id core.RequestID) {
+// It reports whether the node leads; if not, answered is never called.
+func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answered func(answer, error)) bool {
+	return n.drv.Propose(func(nd *core.Node, id core.RequestID) {
 		n.calls[id] = c
 		submit(nd, id)
 	}, func(r core.Response) {
@@ -515,13 +533,16 @@ func (n *node) followerRead(c *call, rev int64, done func(answer, error)) {
 // read serves a range at a commit point; compacted < 0 reads the compact
 // revision from the engine (a follower's).
 func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
+	led := compacted >= 0
+	look := n.drv.LookAuth(led)
 	txn, err := n.w.eng.Begin(context.Background())
 	if err != nil {
 		n.on(n.latency(), "read failed", func() { done(answer{}, err) })
 		return
 	}
 	rd := storage.NewReader(txn)
-	if compacted < 0 {
+	err = n.authorizeRead(c, look, rd, led)
+	if err == nil && compacted < 0 {
 		compacted, err = core.ReadCompacted(rd)
 	}
 	var resp *pb.RangeResponse

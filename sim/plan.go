@@ -34,6 +34,12 @@ type Config struct {
 	// did) instead of once the expiry commits; the lease checks should
 	// then find a lease said gone before any revoke of it committed.
 	EarlyLeaseGone bool
+	// StaleAuthReads plants a bug in followers: a read checks its
+	// permission against the auth store in the first snapshot the node
+	// took, not in its own, so it trusts the copy it loaded first; the
+	// auth check should then find permissions honoured after their
+	// revoke was acknowledged.
+	StaleAuthReads bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on
@@ -106,6 +112,10 @@ type Plan struct {
 	// SerializableShare of the plain reads are serializable: a follower
 	// answers them at the newest commit point it learned.
 	SerializableShare float64
+	// Auth turns auth on (auth.go): clients run as users whose roles
+	// and permissions an admin client changes, AuthShare of its calls.
+	Auth      bool
+	AuthShare float64
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -198,6 +208,10 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.5) {
 		p.SerializableShare = 0.2 + 0.5*w.rng.Float64()
 	}
+	if w.chance(0.35) {
+		p.Auth = true
+		p.AuthShare = 0.2 + 0.5*w.rng.Float64()
+	}
 }
 
 // traffic renders the plan's client mix for the one-line result.
@@ -217,6 +231,9 @@ func (p Plan) traffic() string {
 	}
 	if p.SerializableShare > 0 {
 		s += fmt.Sprintf(" serializable=%.0f%%", 100*p.SerializableShare)
+	}
+	if p.Auth {
+		s += fmt.Sprintf(" auth=%.0f%%", 100*p.AuthShare)
 	}
 	return s
 }
@@ -239,6 +256,10 @@ type Result struct {
 	lateVia [2]int
 	// increments counts the hot-counter increments that applied.
 	increments int
+	// authJudged counts the permission decisions the auth check judged,
+	// [allowed, denied]; authChanges the auth changes that applied.
+	authJudged  [2]int
+	authChanges int
 }
 
 // Line renders the result on one line.

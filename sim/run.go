@@ -16,6 +16,11 @@ func Run(cfg Config) Result {
 	cfg = cfg.withDefaults()
 	w := newWorld(cfg)
 	w.plan = drawPlan(w)
+	if w.plan.Auth {
+		if err := w.setUpAuth(); err != nil {
+			return Result{Seed: cfg.Seed, Err: err}
+		}
+	}
 	w.eng.SetInjector(w.injector(memkv.NewRandomInjector(w.rng, w.plan.Engine)))
 	for i := range cfg.Nodes {
 		n := newNode(w, i)
@@ -29,6 +34,7 @@ func Run(cfg Config) Result {
 	}
 	for i := range w.plan.Clients {
 		c := &client{w: w, idx: i, kind: clientKind(i % 2), modRevs: map[string]int64{}, watcher: i < 4}
+		c.authUser()
 		w.clients = append(w.clients, c)
 		w.after(w.between(0, 100*time.Millisecond), "start", c.issue)
 	}

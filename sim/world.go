@@ -76,6 +76,10 @@ type World struct {
 	revokes []expired
 	// expired are the lease expiries surely applied.
 	expired []expired
+	// authSeq0 is the Seq of the auth world's first store; authAttempts
+	// are the commits (maybe uncertain) of the admin's changes.
+	authSeq0     uint64
+	authAttempts []authAttempt
 }
 
 func newWorld(cfg Config) *World {

@@ -24,6 +24,7 @@ type simFlags struct {
 	skipChecks  float64
 	dealEagerly bool
 	earlyLease  bool
+	staleAuth   bool
 	outDir      string
 }
 
@@ -49,12 +50,13 @@ func simCmd() *cobra.Command {
 	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
 	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
 	fl.BoolVar(&f.earlyLease, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
+	fl.BoolVar(&f.staleAuth, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, StaleAuthReads: f.staleAuth, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -70,6 +72,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.earlyLease {
 		s += " --early-lease-gone"
+	}
+	if f.staleAuth {
+		s += " --stale-auth-reads"
 	}
 	return s
 }

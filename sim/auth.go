@@ -1,0 +1,321 @@
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// The auth world: root (the admin client's user), users that the other
+// clients run as, roles the admin grants and revokes, and the key
+// ranges its permissions name. No two of the ranges are adjacent, and
+// each request's range lies within one of them or covers none, so one
+// permission covers a request or none does: the checker's model needs
+// no merging of ranges.
+const authRoot = "root"
+
+var (
+	authUsers = []string{"u1", "u2", "u3"}
+	authRoles = []string{"r1", "r2", "r3"}
+	authPerms = []permKey{
+		{key: "/e/", end: "/e0"},
+		{key: "/registry/pods/", end: "/registry/pods0"},
+		{key: "/e/a"},
+		{key: "/registry/pods/a"},
+		{key: "/e/hot"},
+	}
+)
+
+// permKey is a permission's range as etcd names it: a key, and an end
+// that is empty for the key alone.
+type permKey struct{ key, end string }
+
+// authSetup is the store every auth world starts from, as changes.
+func authSetup() []core.AuthChange {
+	none := &authpb.UserAddOptions{NoPassword: true}
+	chs := []core.AuthChange{
+		&pb.AuthUserAddRequest{Name: authRoot, Options: none},
+		&pb.AuthUserGrantRoleRequest{User: authRoot, Role: "root"},
+	}
+	for i, u := range authUsers {
+		chs = append(chs,
+			&pb.AuthRoleAddRequest{Name: authRoles[i]},
+			&pb.AuthUserAddRequest{Name: u, Options: none},
+			&pb.AuthUserGrantRoleRequest{User: u, Role: authRoles[i]})
+	}
+	return append(chs,
+		grantPerm("r1", authPerms[0], authpb.READWRITE),
+		grantPerm("r2", authPerms[1], authpb.READWRITE),
+		grantPerm("r3", authPerms[2], authpb.READ),
+		&pb.AuthEnableRequest{})
+}
+
+func grantPerm(role string, p permKey, t authpb.Permission_Type) core.AuthChange {
+	return &pb.AuthRoleGrantPermissionRequest{Name: role, Perm: &authpb.Permission{PermType: t, Key: []byte(p.key), RangeEnd: []byte(p.end)}}
+}
+
+// setUpAuth stores the auth world's first store in the engine, before
+// any node starts or fault is injected (a cluster whose operator set
+// auth up).
+func (w *World) setUpAuth() error {
+	st := core.NewAuthStore([]byte("sim secret"))
+	for _, ch := range authSetup() {
+		if _, err := st.Apply(ch); err != nil {
+			return fmt.Errorf("auth setup %s: %w", describeAuthChange(ch), err)
+		}
+	}
+	txn, err := w.eng.Begin(context.Background())
+	if err != nil {
+		return err
+	}
+	if err := exec.Buffer(txn, core.AuthWrites(st, "sim")); err != nil {
+		return err
+	}
+	if err := txn.Commit(context.Background()); err != nil {
+		return err
+	}
+	w.authSeq0 = st.Seq
+	return nil
+}
+
+// authUser gives client c its user: the first is the admin, as root.
+func (c *client) authUser() {
+	if !c.w.plan.Auth {
+		return
+	}
+	c.user = authUsers[(c.idx+len(authUsers)-1)%len(authUsers)]
+	if c.idx == 0 {
+		c.user, c.admin = authRoot, true
+	}
+}
+
+// authChange draws the admin's next change: a permission or a role
+// granted or revoked (a revoke of what is not granted fails, as etcd's).
+func (c *client) authChange() input {
+	w := c.w
+	role := authRoles[w.rng.IntN(len(authRoles))]
+	p := authPerms[w.rng.IntN(len(authPerms))]
+	var ch core.AuthChange
+	switch w.rng.IntN(4) {
+	case 0:
+		ch = grantPerm(role, p, authpb.Permission_Type(w.rng.IntN(3)))
+	case 1:
+		ch = &pb.AuthRoleRevokePermissionRequest{Role: role, Key: []byte(p.key), RangeEnd: []byte(p.end)}
+	case 2:
+		ch = &pb.AuthUserGrantRoleRequest{User: authUsers[w.rng.IntN(len(authUsers))], Role: role}
+	default:
+		ch = &pb.AuthUserRevokeRoleRequest{Name: authUsers[w.rng.IntN(len(authUsers))], Role: role}
+	}
+	return input{kind: opAuth, auth: ch}
+}
+
+// describeAuthChange renders a change for the trace, on one line.
+func describeAuthChange(ch core.AuthChange) string {
+	switch r := ch.(type) {
+	case *pb.AuthRoleGrantPermissionRequest:
+		return fmt.Sprintf("RoleGrantPermission %s %s %s", r.Name, r.Perm.PermType, describePerm(string(r.Perm.Key), string(r.Perm.RangeEnd)))
+	case *pb.AuthRoleRevokePermissionRequest:
+		return fmt.Sprintf("RoleRevokePermission %s %s", r.Role, describePerm(string(r.Key), string(r.RangeEnd)))
+	case *pb.AuthUserGrantRoleRequest:
+		return fmt.Sprintf("UserGrantRole %s %s", r.User, r.Role)
+	case *pb.AuthUserRevokeRoleRequest:
+		return fmt.Sprintf("UserRevokeRole %s %s", r.Name, r.Role)
+	case *pb.AuthUserAddRequest:
+		return "UserAdd " + r.Name
+	case *pb.AuthRoleAddRequest:
+		return "RoleAdd " + r.Name
+	case *pb.AuthEnableRequest:
+		return "AuthEnable"
+	}
+	return fmt.Sprintf("%T", ch)
+}
+
+func describePerm(key, end string) string {
+	if end == "" {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("[%q, %q)", key, end)
+}
+
+// authErrors are the auth store's answers a client may get: definite
+// refusals.
+var authErrors = []error{
+	core.ErrAuthPermissionDenied, core.ErrAuthUserEmpty, core.ErrAuthOldRevision, core.ErrAuthRoleNotGranted,
+	core.ErrAuthPermissionNotGranted, core.ErrAuthRoleNotFound, core.ErrAuthUserNotFound, core.ErrAuthInvalidMgmt,
+}
+
+func isAuthError(err error) bool {
+	for _, e := range authErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is who a call runs as against st: the user it names, as a
+// server takes a client certificate's.
+func identity(c *call, st *core.AuthStore) core.AuthIdentity {
+	if c.user == "" {
+		return core.AuthIdentity{}
+	}
+	return core.AuthIdentity{User: c.user, Revision: st.Revision}
+}
+
+// authCheck is the server's check of a call against st: read for a
+// range, etcd's per-operation rules for a write, the root role for a
+// compaction. Lease calls are not checked here (see doc.go).
+func (n *node) authCheck(c *call, st *core.AuthStore) error {
+	if !st.Enabled {
+		return nil
+	}
+	id := identity(c, st)
+	switch c.in.kind {
+	case opRange:
+		return st.Check(id, c.in.rng.Key, c.in.rng.RangeEnd, false)
+	case opWrite:
+		return st.CheckOp(id, c.in.write, n.leaseKeys)
+	case opCompact:
+		return st.CheckAdmin(id)
+	}
+	return nil
+}
+
+// leaseKeys returns the keys attached to a lease; on the leader.
+func (n *node) leaseKeys(lease int64) [][]byte {
+	var keys [][]byte
+	n.drv.Step(nil, func(nd *core.Node) {
+		if info, err := nd.TimeToLive(lease, n.clock()); err == nil {
+			keys = info.Keys
+		}
+	})
+	return keys
+}
+
+// authorizeLeader checks a call on the leader, as the server's
+// authorizeLeader does: against the leader's copy of the store if the
+// driver trusts it, else against the store in a new snapshot, read with
+// the engine's latency (a change may finish meanwhile).
+func (n *node) authorizeLeader(c *call, next func(error)) {
+	if !n.w.plan.Auth {
+		next(nil)
+		return
+	}
+	look := n.drv.LookAuth(true)
+	if st := look.Trusted(); st != nil {
+		next(n.authCheck(c, st))
+		return
+	}
+	txn, err := n.w.eng.Begin(context.Background())
+	if err != nil {
+		n.on(n.latency(), "auth read failed", func() { next(err) })
+		return
+	}
+	n.on(txn.(*memkv.Txn).Delay(), "auth read", func() {
+		st, err := n.drv.LoadAuth(look, storage.NewReader(txn))
+		txn.Rollback()
+		if err == nil {
+			err = n.authCheck(c, st)
+		}
+		next(err)
+	})
+}
+
+// authorizeRead checks a range against the store in the read's own
+// snapshot rd (looked at with look before it began). With the planted
+// StaleAuthReads a follower reads the node's first snapshot instead.
+func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, led bool) error {
+	if !n.w.plan.Auth {
+		return nil
+	}
+	if n.w.cfg.StaleAuthReads && !led {
+		if n.authSnap == nil {
+			n.authSnap = n.w.eng.Archive()
+		}
+		rd = storage.NewReader(n.authSnap)
+	}
+	st, err := n.drv.LoadAuth(look, rd)
+	if err != nil {
+		return err
+	}
+	return n.authCheck(c, st)
+}
+
+// changeAuth runs the admin's change through the driver, on the leader.
+func (n *node) changeAuth(c *call, done func(error)) {
+	n.drv.ChangeAuth(driver.AuthChange{
+		Change: c.in.auth,
+		Admit:  func(st *core.AuthStore) error { return st.CheckAdmin(identity(c, st)) },
+		Engine: simAuthEngine{n: n, c: c},
+	}, func(_ *core.AuthStore, err error) { done(err) })
+}
+
+// authAttempt is a commit of an auth change that may have applied.
+type authAttempt struct {
+	call *call
+	txn  *memkv.Txn
+	seq  uint64        // the store's Seq it writes
+	at   time.Duration // the commit call
+}
+
+// simAuthEngine runs an auth change's transaction against the faulty
+// engine in virtual time, as runWork runs a write's.
+type simAuthEngine struct {
+	n *node
+	c *call
+}
+
+func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done func(error)) {
+	n, ctx := e.n, context.Background()
+	began := n.clock()
+	txn, err := n.w.eng.Begin(ctx)
+	if err != nil {
+		n.on(n.latency(), "auth change failed", func() { done(err) })
+		return
+	}
+	mtx := txn.(*memkv.Txn)
+	ws, err := fn(storage.NewReader(txn))
+	if err == nil && len(ws) > 0 {
+		err = exec.Buffer(txn, ws)
+	}
+	if err != nil || len(ws) == 0 {
+		txn.Rollback()
+		n.on(mtx.Delay(), "auth change read-only", func() { done(err) })
+		return
+	}
+	n.on(mtx.Delay(), "auth commit", func() {
+		if n.clock()-began > engineDeadline/2 {
+			txn.Rollback()
+			done(fmt.Errorf("engine deadline passed"))
+			return
+		}
+		before := mtx.Delay()
+		err := txn.Commit(ctx)
+		seq := writtenSeq(ws)
+		n.w.authAttempts = append(n.w.authAttempts, authAttempt{call: e.c, txn: mtx, seq: seq, at: n.w.now})
+		n.w.note("%s auth %s seq=%d -> %v %v", n.id(), describeAuthChange(e.c.in.auth), seq, exec.Outcome(err), errText(err))
+		n.on(mtx.Delay()-before, "auth committed", func() { done(err) })
+	})
+}
+
+// writtenSeq is the store's Seq among an auth change's writes.
+func writtenSeq(ws []core.Write) uint64 {
+	for _, w := range ws {
+		if string(w.Key) == string(core.MetaKey(core.MetaAuthSeq)) {
+			s, _ := binary.Uvarint(w.Value)
+			return s
+		}
+	}
+	return 0
+}

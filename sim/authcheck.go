@@ -1,0 +1,356 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+	"github.com/axon-kv/axon/storage/memkv"
+)
+
+// authModel is the checker's own model of the auth store, written from
+// etcd's documentation for the changes the admin makes: a role's
+// permission is replaced by a grant of the same range and removed by a
+// revoke of it; a user's roles are a set. It shares no code with core.
+type authModel struct {
+	roles map[string]map[permKey]authpb.Permission_Type
+	users map[string]map[string]bool
+}
+
+func newAuthModel() *authModel {
+	return &authModel{roles: map[string]map[permKey]authpb.Permission_Type{}, users: map[string]map[string]bool{}}
+}
+
+func (m *authModel) clone() *authModel {
+	c := newAuthModel()
+	for r, ps := range m.roles {
+		c.roles[r] = maps.Clone(ps)
+	}
+	for u, rs := range m.users {
+		c.users[u] = maps.Clone(rs)
+	}
+	return c
+}
+
+func (m *authModel) apply(ch core.AuthChange) {
+	switch r := ch.(type) {
+	case *pb.AuthUserAddRequest:
+		m.users[r.Name] = map[string]bool{}
+	case *pb.AuthRoleAddRequest:
+		m.roles[r.Name] = map[permKey]authpb.Permission_Type{}
+	case *pb.AuthUserGrantRoleRequest:
+		if m.users[r.User] != nil {
+			m.users[r.User][r.Role] = true
+		}
+	case *pb.AuthUserRevokeRoleRequest:
+		delete(m.users[r.Name], r.Role)
+	case *pb.AuthRoleGrantPermissionRequest:
+		if m.roles[r.Name] != nil {
+			m.roles[r.Name][permKey{string(r.Perm.Key), string(r.Perm.RangeEnd)}] = r.Perm.PermType
+		}
+	case *pb.AuthRoleRevokePermissionRequest:
+		delete(m.roles[r.Role], permKey{string(r.Key), string(r.RangeEnd)})
+	}
+}
+
+// need is a range a request reads or writes: [key, end), end empty for
+// the key alone.
+type need struct {
+	key, end string
+	write    bool
+}
+
+// allows reports whether user may do everything needs lists: the root
+// role may do all; otherwise each need lies in one permission of the
+// right type of one of the user's roles.
+func (m *authModel) allows(user string, needs []need) bool {
+	if m.users[user]["root"] {
+		return true
+	}
+	for _, n := range needs {
+		ok := false
+		for role := range m.users[user] {
+			for p, t := range m.roles[role] {
+				if covers(p, n) && (t == authpb.READWRITE || (t == authpb.WRITE) == n.write) {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether permission range p holds the range n needs.
+func covers(p permKey, n need) bool {
+	pEnd, nEnd := p.end, n.end
+	if pEnd == "" {
+		pEnd = p.key + "\x00"
+	}
+	if nEnd == "" {
+		nEnd = n.key + "\x00"
+	}
+	if pEnd == "\x00" { // from the key on
+		return n.key >= p.key
+	}
+	return n.key >= p.key && nEnd != "\x00" && nEnd <= pEnd
+}
+
+// needs lists what a call must be allowed, or false when the history
+// does not say (a put attaching a lease needs write on the lease's keys
+// too, which other clients change).
+func needs(in input) ([]need, bool) {
+	switch in.kind {
+	case opRange:
+		return []need{{key: string(in.rng.Key), end: string(in.rng.RangeEnd)}}, true
+	case opWrite:
+		var ns []need
+		return ns, opNeeds(in.write, &ns)
+	}
+	return nil, false
+}
+
+func opNeeds(op *pb.RequestOp, ns *[]need) bool {
+	switch r := op.Request.(type) {
+	case *pb.RequestOp_RequestRange:
+		*ns = append(*ns, need{key: string(r.RequestRange.Key), end: string(r.RequestRange.RangeEnd)})
+	case *pb.RequestOp_RequestPut:
+		p := r.RequestPut
+		*ns = append(*ns, need{key: string(p.Key), write: true})
+		if p.PrevKv {
+			*ns = append(*ns, need{key: string(p.Key)})
+		}
+		return p.Lease == 0
+	case *pb.RequestOp_RequestDeleteRange:
+		d := r.RequestDeleteRange
+		*ns = append(*ns, need{key: string(d.Key), end: string(d.RangeEnd), write: true})
+		if d.PrevKv {
+			*ns = append(*ns, need{key: string(d.Key), end: string(d.RangeEnd)})
+		}
+	case *pb.RequestOp_RequestTxn:
+		for _, c := range r.RequestTxn.Compare {
+			*ns = append(*ns, need{key: string(c.Key), end: string(c.RangeEnd)})
+		}
+		for _, o := range slices.Concat(r.RequestTxn.Success, r.RequestTxn.Failure) {
+			if !opNeeds(o, ns) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// authDecision is what a call shows of its permission check: allowed or
+// denied, and by when it was decided; ok is false if it shows nothing
+// (it failed or was abandoned before it could tell).
+func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
+	switch {
+	case cl.patched != nil:
+		return true, cl.patched.by, true // it applied
+	case cl.status != answered:
+		return false, 0, false
+	case errors.Is(cl.err, core.ErrAuthPermissionDenied):
+		return false, cl.end, true
+	case cl.err == nil, isEtcdError(cl.err):
+		return true, cl.end, true
+	}
+	return false, 0, false
+}
+
+// authChain is the auth store's history: the model after each applied
+// change, by Seq, with when each change may first have been seen and
+// when its client was told.
+type authChain struct {
+	seq0   uint64
+	models []*authModel      // models[i]: at Seq seq0+i
+	from   []time.Duration   // from[i]: the commit call of Seq seq0+i
+	acked  []time.Duration   // acked[i]: its acknowledgement (-1: none)
+	change []core.AuthChange // change[i]: what made Seq seq0+i
+}
+
+// checkAuth holds every permission check to the auth store's history:
+// a request was allowed, or denied, by some store from the newest
+// change acknowledged before it started to the newest change committed
+// before it was decided. An uncertain change counts from the engine's
+// outcome; every acknowledged change must have applied, the applied
+// ones must make a chain of Seqs without gaps, and the last store of the
+// model must be the engine's.
+func (w *World) checkAuth(res *Result) error {
+	if !w.plan.Auth {
+		return nil
+	}
+	chain, err := w.authChain()
+	if err != nil {
+		return err
+	}
+	res.authChanges = len(chain.models) - 1
+	for _, cl := range w.hist.calls {
+		if cl.user == "" || cl.user == authRoot {
+			continue
+		}
+		ns, ok := needs(cl.in)
+		if !ok {
+			continue
+		}
+		allowed, by, ok := authDecision(cl)
+		if !ok {
+			continue
+		}
+		lo, hi := 0, 0
+		for i := range chain.models {
+			if chain.acked[i] >= 0 && chain.acked[i] < cl.start {
+				lo = i
+			}
+			if chain.from[i] <= by {
+				hi = i
+			}
+		}
+		hi = max(hi, lo)
+		fits := false
+		for i := lo; i <= hi && !fits; i++ {
+			fits = chain.models[i].allows(cl.user, ns) == allowed
+		}
+		if allowed {
+			res.authJudged[0]++
+		} else {
+			res.authJudged[1]++
+		}
+		if !fits {
+			verdict := "allowed"
+			if !allowed {
+				verdict = "denied"
+			}
+			return fmt.Errorf("auth: c%d op%d as %s (%s) was %s, but no auth store from seq %d (acknowledged before it started at %v) to seq %d (committed before %v) would have: %s",
+				cl.client.idx, cl.id, cl.user, describeNeeds(ns), verdict, chain.seq0+uint64(lo), cl.start, chain.seq0+uint64(hi), by, chain.describe(lo, hi))
+		}
+	}
+	return nil
+}
+
+// authChain resolves the admin's changes against the engine: an attempt
+// applied if the engine applied its transaction.
+func (w *World) authChain() (*authChain, error) {
+	applied := map[uint64]authAttempt{}
+	appliedBy := map[*call]bool{}
+	for _, a := range w.authAttempts {
+		if a.txn.Outcome() != memkv.Applied {
+			continue
+		}
+		if prev, dup := applied[a.seq]; dup {
+			return nil, fmt.Errorf("auth: seq %d written twice, by op%d and op%d", a.seq, prev.call.id, a.call.id)
+		}
+		applied[a.seq] = a
+		appliedBy[a.call] = true
+	}
+	for _, a := range w.authAttempts {
+		cl := a.call
+		if cl.status == answered && cl.err == nil && !appliedBy[cl] {
+			return nil, fmt.Errorf("auth: lost change: op%d (%s) acknowledged, not applied", cl.id, describeAuthChange(cl.in.auth))
+		}
+	}
+	var final *core.AuthStore
+	err := w.final(func(rd storage.Reader, _ core.State) (err error) {
+		final, err = core.ReadAuth(rd)
+		return err
+	})
+	if err != nil || final == nil {
+		return nil, fmt.Errorf("auth: reading the final store: %v %w", final, err)
+	}
+	m := newAuthModel()
+	for _, ch := range authSetup() {
+		m.apply(ch)
+	}
+	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, acked: []time.Duration{0}, change: []core.AuthChange{nil}}
+	for s := w.authSeq0 + 1; s <= final.Seq; s++ {
+		a, ok := applied[s]
+		if !ok {
+			return nil, fmt.Errorf("auth: the engine's store is at seq %d, but no change applied seq %d", final.Seq, s)
+		}
+		m = m.clone()
+		m.apply(a.call.in.auth)
+		acked := time.Duration(-1)
+		if a.call.status == answered && a.call.err == nil {
+			acked = a.call.end
+		}
+		chain.models = append(chain.models, m)
+		chain.from = append(chain.from, a.at)
+		chain.acked = append(chain.acked, acked)
+		chain.change = append(chain.change, a.call.in.auth)
+	}
+	if uint64(len(applied)) != final.Seq-w.authSeq0 {
+		return nil, fmt.Errorf("auth: %d changes applied, but the engine's store is at seq %d of %d", len(applied), final.Seq, w.authSeq0)
+	}
+	if got, want := describeStore(final), m.describe(); got != want {
+		return nil, fmt.Errorf("auth: the engine's final store is %s, its changes make %s", got, want)
+	}
+	return chain, nil
+}
+
+// describe lists the changes of Seqs lo+1..hi, and the store at lo.
+func (c *authChain) describe(lo, hi int) string {
+	parts := []string{fmt.Sprintf("at seq %d %s", c.seq0+uint64(lo), c.models[lo].describe())}
+	for i := lo + 1; i <= hi; i++ {
+		parts = append(parts, fmt.Sprintf("seq %d %s", c.seq0+uint64(i), describeAuthChange(c.change[i])))
+	}
+	for i := hi + 1; i < len(c.models) && i <= hi+2; i++ {
+		parts = append(parts, fmt.Sprintf("then seq %d %s (committed at %v)", c.seq0+uint64(i), describeAuthChange(c.change[i]), c.from[i]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// describe renders the model's users and roles, sorted.
+func (m *authModel) describe() string {
+	var b strings.Builder
+	for _, u := range slices.Sorted(maps.Keys(m.users)) {
+		fmt.Fprintf(&b, "%s%v ", u, slices.Sorted(maps.Keys(m.users[u])))
+	}
+	for _, r := range slices.Sorted(maps.Keys(m.roles)) {
+		fmt.Fprintf(&b, "%s{", r)
+		for _, p := range slices.SortedFunc(maps.Keys(m.roles[r]), func(a, b permKey) int { return strings.Compare(a.key+"\x00"+a.end, b.key+"\x00"+b.end) }) {
+			fmt.Fprintf(&b, "%s:%s ", describePerm(p.key, p.end), m.roles[r][p])
+		}
+		b.WriteString("} ")
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// describeStore renders an engine's store as the model's describe does.
+func describeStore(st *core.AuthStore) string {
+	m := newAuthModel()
+	users, roles := st.ExportAuth()
+	for _, u := range users {
+		m.users[string(u.Name)] = map[string]bool{}
+		for _, r := range u.Roles {
+			m.users[string(u.Name)][r] = true
+		}
+	}
+	for _, r := range roles {
+		m.roles[string(r.Name)] = map[permKey]authpb.Permission_Type{}
+		for _, p := range r.KeyPermission {
+			m.roles[string(r.Name)][permKey{string(p.Key), string(p.RangeEnd)}] = p.PermType
+		}
+	}
+	return m.describe()
+}
+
+func describeNeeds(ns []need) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		op := "read"
+		if n.write {
+			op = "write"
+		}
+		parts[i] = op + " " + describePerm(n.key, n.end)
+	}
+	return strings.Join(parts, ", ")
+}
