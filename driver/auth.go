@@ -17,10 +17,10 @@ import (
 // read no engine; gen, bumped at every change of role, voids a copy
 // loaded in an earlier term, since another leader may have changed the
 // store meanwhile (and, bumped when a change fails, a copy loaded from a
-// snapshot that may predate it). Elsewhere a check reads MetaAuthSeq in the request's
-// own engine snapshot (or a new one) and loads the store again when it
-// moved: a change acknowledged before a request starts is seen by it on
-// every instance.
+// snapshot that may predate it). Elsewhere a check reads MetaAuthSeq in
+// the request's own engine snapshot (or a new one) and loads the store
+// again when it moved: a change acknowledged before a request starts is
+// seen by it on every instance.
 type authState struct {
 	gen atomic.Uint64
 	cur atomic.Pointer[authCopy]
