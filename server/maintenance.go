@@ -10,8 +10,10 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // Version is the etcd version Axon reports: at least 3.5.13, so the
@@ -250,4 +252,14 @@ func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&peerServiceDesc, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
+}
+
+// Downgrade is etcd's cluster downgrade, which Axon has no use for (each
+// instance reads the data format it was built for; see `axon serve
+// --upgrade-data`): Unimplemented, after the root check etcd makes first.
+func (m maintenanceServer) Downgrade(ctx context.Context, _ *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
+	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
+		return nil, toGRPC(err)
+	}
+	return nil, status.Errorf(codes.Unimplemented, "method Downgrade not implemented")
 }

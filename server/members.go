@@ -11,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
@@ -234,4 +236,31 @@ func (s *Server) moveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.M
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
 		return pb.NewMaintenanceClient(cc).MoveLeader(ctx, r)
 	})
+}
+
+// Axon's membership is the instances sharing the engine: they join by
+// starting over it and leave by stopping, so etcd's membership changes
+// have nothing to do and answer Unimplemented. etcd reserves them for
+// root, and refuses anyone else before anything is done; so does Axon.
+func (c clusterServer) rootOnly(ctx context.Context, method string) error {
+	if err := c.s.authorize(ctx, nil, false, admin); err != nil {
+		return toGRPC(err)
+	}
+	return status.Errorf(codes.Unimplemented, "method %s not implemented", method)
+}
+
+func (c clusterServer) MemberAdd(ctx context.Context, _ *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	return nil, c.rootOnly(ctx, "MemberAdd")
+}
+
+func (c clusterServer) MemberRemove(ctx context.Context, _ *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	return nil, c.rootOnly(ctx, "MemberRemove")
+}
+
+func (c clusterServer) MemberUpdate(ctx context.Context, _ *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	return nil, c.rootOnly(ctx, "MemberUpdate")
+}
+
+func (c clusterServer) MemberPromote(ctx context.Context, _ *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	return nil, c.rootOnly(ctx, "MemberPromote")
 }
