@@ -24,6 +24,10 @@ type ChurnWindow struct {
 	// MaxMs is the longest write: what a defragmentation's longest is
 	// judged against on a machine whose own stalls are not nothing.
 	MaxMs float64 `json:"max_ms"`
+	// CPUPer1k is the server's CPU seconds per 1,000 writes in the
+	// window: what separates a server that grows slower (more CPU per
+	// write) from a machine that gives it less CPU (fewer writes alike).
+	CPUPer1k float64 `json:"cpu_s_per_1k"`
 	// DiskBytes is the data dir's allocated size at the window's end,
 	// after its compaction; CompactMs how long that compaction took.
 	DiskBytes int64   `json:"disk_bytes"`
@@ -174,6 +178,8 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	}
 	r.log.Info("churning", "writers", o.Writers, "for", o.ChurnTime, "compaction-every", o.ChurnWindow)
 	var compactTook []time.Duration
+	var cpuAt []float64 // the server's CPU seconds at each window's end
+	cpu0, _ := procCPU(s.pid())
 	for w := o.ChurnWindow; w <= o.ChurnTime && s.running(); w += o.ChurnWindow {
 		select {
 		case <-time.After(time.Until(start.Add(w))):
@@ -183,6 +189,8 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 			stopWrites()
 			return nil, ctx.Err()
 		}
+		cpu, _ := procCPU(s.pid())
+		cpuAt = append(cpuAt, cpu)
 		compactRev, lastRev = lastRev, 0
 		t0 := time.Now()
 		cctx, ccancel := context.WithTimeout(ctx, readyTimeout)
@@ -230,6 +238,11 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		res.Windows[i].P50Ms, res.Windows[i].P99Ms = p50p99(ds)
 		if len(ds) > 0 {
 			res.Windows[i].MaxMs = ms(ds[len(ds)-1]) // p50p99 sorted them
+			prev := cpu0
+			if i > 0 {
+				prev = cpuAt[i-1]
+			}
+			res.Windows[i].CPUPer1k = (cpuAt[i] - prev) / float64(len(ds)) * 1000
 		}
 		from = to
 	}

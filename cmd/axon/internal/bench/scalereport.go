@@ -177,6 +177,7 @@ func churnMetrics(res map[string]*ChurnResult) []metric {
 		ms = append(ms,
 			metric{name: fmt.Sprintf("window %d: write p99", i+1), val: window(i, func(w ChurnWindow) float64 { return w.P99Ms }), show: fmtMs},
 			metric{name: fmt.Sprintf("window %d: longest write", i+1), val: window(i, func(w ChurnWindow) float64 { return w.MaxMs }), show: fmtMs},
+			metric{name: fmt.Sprintf("window %d: server CPU per 1k writes", i+1), val: window(i, func(w ChurnWindow) float64 { return w.CPUPer1k }), show: fmtSec},
 			metric{name: fmt.Sprintf("window %d: writes", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.Ops) }), show: fmtCount},
 			metric{name: fmt.Sprintf("window %d: disk after compaction", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.DiskBytes) }), show: showBytes},
 			metric{name: fmt.Sprintf("window %d: compaction took", i+1), val: window(i, func(w ChurnWindow) float64 { return w.CompactMs }), show: fmtMs})
