@@ -22,8 +22,7 @@ var defragKey = []byte("axon/badger/defrag")
 // drops such versions only when it compacts the tables holding them, and
 // a store that stopped growing may never compact its level 0 again.
 //
-// Flatten merges the levels, level 0 included, with commits flowing.
-// Then what the memtables held when Defrag began (deletes, too, that
+// First what the memtables held when Defrag began (deletes, too, that
 // free space below) must reach the tables: the writes flush them, and
 // Defrag waits for that (at most flushWithin) while they come fast enough
 // to, so writes go on without a stall. With fewer writes — an idle store,
@@ -33,8 +32,9 @@ var defragKey = []byte("axon/badger/defrag")
 // compacts level 0 into the next level. It runs in the commit loop
 // (badger refuses writes meanwhile, so commits wait their turn: a stall
 // as long as writing the memtables out takes; reads go on). Flatten then
-// merges again, and the value log is collected until a pass finds
-// nothing to rewrite or ctx ends.
+// merges the levels, level 0 included, with commits flowing, and the
+// value log is collected until a pass finds nothing to rewrite or ctx
+// ends.
 //
 // It first checks that the data directory's filesystem has the room that
 // needs (DefragSpace): a rewrite that runs out of disk half-way leaves
@@ -58,18 +58,12 @@ func (e *Engine) Defrag(ctx context.Context) error {
 	if have < need {
 		return &SpaceError{Need: need, Have: have}
 	}
-	// Flatten first, with commits flowing; then the memtables of now must
-	// reach the tables for a second Flatten to compact what they hold
-	// against what it supersedes or deletes.
+	// What the memtables hold now must reach the tables for Flatten to
+	// compact it against what it supersedes or deletes.
+	began := time.Now()
 	mems, err := e.memFiles()
 	if err != nil {
 		return fmt.Errorf("badger: defrag: %w", err)
-	}
-	e.cmu.Lock()
-	e.prune()
-	e.cmu.Unlock()
-	if err := e.db.Flatten(2); err != nil {
-		return fmt.Errorf("badger: defrag: flatten: %w", err)
 	}
 	flushed, err := e.awaitFlush(ctx, mems)
 	if err != nil {
@@ -80,12 +74,22 @@ func (e *Engine) Defrag(ctx context.Context) error {
 			return err
 		}
 	}
+	flushedAt := time.Now()
 	e.cmu.Lock()
 	e.prune()
 	e.cmu.Unlock()
 	if err := e.db.Flatten(2); err != nil {
 		return fmt.Errorf("badger: defrag: flatten: %w", err)
 	}
+	flattenedAt := time.Now()
+	by := "writes"
+	if !flushed {
+		by = "defrag" // writes waited
+	}
+	defer func() {
+		e.log.Info("badger defrag", "memtables_flushed_by", by, "flush", flushedAt.Sub(began),
+			"flatten", flattenedAt.Sub(flushedAt), "value_log", time.Since(flattenedAt))
+	}()
 	for ctx.Err() == nil {
 		err := e.db.RunValueLogGC(0.5)
 		if errors.Is(err, bdb.ErrNoRewrite) || errors.Is(err, bdb.ErrRejected) {
