@@ -208,7 +208,8 @@ func (n *node) leaseKeys(lease int64) [][]byte {
 // authorizeLeader checks a call on the leader, as the server's
 // authorizeLeader does: against the leader's copy of the store if the
 // driver trusts it, else against the store in a new snapshot, read with
-// the engine's latency (a change may finish meanwhile).
+// the engine's latency and the plan's stall (a change may finish
+// meanwhile).
 func (n *node) authorizeLeader(c *call, next func(error)) {
 	if !n.w.plan.Auth {
 		next(nil)

@@ -178,18 +178,18 @@ type authChain struct {
 	change []core.AuthChange // change[i]: what made Seq seq0+i
 }
 
-// checkAuth holds every permission check to the auth store's history:
-// a request was allowed, or denied, by some store from the newest
-// change known before it started to the newest change committed before
-// it was decided. A change is known once it surely applied and its
-// leader heard its commit's answer: an acknowledged one before its
-// client heard, an uncertain one that applied whether or not its client
-// ever did. The store is one: once a revoke has taken effect and its
-// leader knows the commit ended, no instance may serve a request that
-// starts later with the store from before it (the leader's distrust
-// window after a failed change is there for that). Every acknowledged change
-// must have applied, the applied ones must make a chain of Seqs without
-// gaps, and the last store of the model must be the engine's.
+// checkAuth holds every permission check to the auth store's history: a
+// request was allowed, or denied, by some store from the newest change
+// known before it started to the newest change committed before it was
+// decided. A change is known once it surely applied and its leader heard
+// its commit's answer: an acknowledged one before its client heard, an
+// uncertain one that applied whether or not its client ever did. The store
+// is one: once a revoke has taken effect and its leader knows the commit
+// ended, no instance may serve a request that starts later with the store
+// from before it (the leader's distrust window after a failed change is
+// there for that). Every acknowledged change must have applied, the
+// applied ones must make a chain of Seqs without gaps, and the last store
+// of the model must be the engine's.
 func (w *World) checkAuth(res *Result) error {
 	if !w.plan.Auth {
 		return nil
