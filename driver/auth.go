@@ -223,7 +223,9 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 			// that looked before now may load a snapshot without the
 			// change after it: gen voids what it keeps.
 			a.distrust.Store(int64(d.cfg.Clock.Now() + d.engineDeadline))
-			a.gen.Add(1)
+			if !d.cfg.KeepGenOnFailedAuth {
+				a.gen.Add(1)
+			}
 			a.cur.Store(nil)
 			next = nil
 		case next != nil:

@@ -11,7 +11,7 @@
 // runs the changes of the store on the leader, one at a time
 // (ChangeAuth, through an AuthEngine): a permission revoked is never
 // honoured by a request that starts after the revoke was acknowledged,
-// on any instance. Who a call runs as (tokens, certificates) is the
+// or landed and its leader heard its commit fail, on any instance. Who a call runs as (tokens, certificates) is the
 // server's business; the driver only picks the store.
 //
 // What differs between the two worlds comes in through small interfaces:

@@ -85,6 +85,11 @@ type Config struct {
 	// Binary names this binary in the format record an auth change writes
 	// (core.AuthWrites).
 	Binary string
+	// KeepGenOnFailedAuth plants a bug, for the simulator only: a failed
+	// auth change leaves gen alone (as before the fix), so a check that
+	// looked before it and loads its snapshot after may leave the leader
+	// trusting a store without the change, once the deadline passed.
+	KeepGenOnFailedAuth bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -206,7 +208,8 @@ func (n *node) leaseKeys(lease int64) [][]byte {
 // authorizeLeader checks a call on the leader, as the server's
 // authorizeLeader does: against the leader's copy of the store if the
 // driver trusts it, else against the store in a new snapshot, read with
-// the engine's latency (a change may finish meanwhile).
+// the engine's latency and the plan's stall (a change may finish
+// meanwhile).
 func (n *node) authorizeLeader(c *call, next func(error)) {
 	if !n.w.plan.Auth {
 		next(nil)
@@ -222,7 +225,7 @@ func (n *node) authorizeLeader(c *call, next func(error)) {
 		n.on(n.latency(), "auth read failed", func() { next(err) })
 		return
 	}
-	n.on(txn.(*memkv.Txn).Delay(), "auth read", func() {
+	n.on(txn.(*memkv.Txn).Delay()+n.authStall(look, true), "auth read", func() {
 		st, err := n.drv.LoadAuth(look, storage.NewReader(txn))
 		txn.Rollback()
 		if err == nil {
@@ -230,6 +233,22 @@ func (n *node) authorizeLeader(c *call, next func(error)) {
 		}
 		next(err)
 	})
+}
+
+// authStall is how much longer a check looked at with look takes to
+// load the store, when it must: the plan's AuthLoadStall on the leader.
+func (n *node) authStall(look driver.AuthLook, led bool) time.Duration {
+	if !led || look.Trusted() != nil || n.w.plan.AuthLoadStall == 0 {
+		return 0
+	}
+	n.w.fault("auth-stall", "%s loads the store in %v", n.id(), n.w.plan.AuthLoadStall)
+	return n.w.plan.AuthLoadStall
+}
+
+// writesAuth reports whether a commit's keys hold the auth store's.
+func writesAuth(keys [][]byte) bool {
+	seq := core.MetaKey(core.MetaAuthSeq)
+	return slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, seq) })
 }
 
 // authorizeRead checks a range against the store in the read's own
@@ -267,6 +286,10 @@ type authAttempt struct {
 	txn  *memkv.Txn
 	seq  uint64        // the store's Seq it writes
 	at   time.Duration // the commit call
+	// known is when it had surely applied, if it did (at the commit
+	// call, or as late as the engine applies a held commit), and its
+	// leader had heard the commit's answer; -1: it never heard (crashed).
+	known time.Duration
 }
 
 // simAuthEngine runs an auth change's transaction against the faulty
@@ -303,9 +326,17 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 		before := mtx.Delay()
 		err := txn.Commit(ctx)
 		seq := writtenSeq(ws)
-		n.w.authAttempts = append(n.w.authAttempts, authAttempt{call: e.c, txn: mtx, seq: seq, at: n.w.now})
+		landed := n.w.now
+		if mtx.Outcome() != memkv.Applied {
+			landed += n.w.plan.Engine.MaxApplyAfter
+		}
+		i := len(n.w.authAttempts)
+		n.w.authAttempts = append(n.w.authAttempts, authAttempt{call: e.c, txn: mtx, seq: seq, at: n.w.now, known: -1})
 		n.w.note("%s auth %s seq=%d -> %v %v", n.id(), describeAuthChange(e.c.in.auth), seq, exec.Outcome(err), errText(err))
-		n.on(mtx.Delay()-before, "auth committed", func() { done(err) })
+		n.on(mtx.Delay()-before, "auth committed", func() {
+			n.w.authAttempts[i].known = max(landed, n.w.now)
+			done(err)
+		})
 	})
 }
 

@@ -169,22 +169,27 @@ func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
 
 // authChain is the auth store's history: the model after each applied
 // change, by Seq, with when each change may first have been seen and
-// when its client was told.
+// from when every check must see it.
 type authChain struct {
 	seq0   uint64
 	models []*authModel      // models[i]: at Seq seq0+i
 	from   []time.Duration   // from[i]: the commit call of Seq seq0+i
-	acked  []time.Duration   // acked[i]: its acknowledgement (-1: none)
+	known  []time.Duration   // known[i]: see authAttempt.known (-1: never)
 	change []core.AuthChange // change[i]: what made Seq seq0+i
 }
 
-// checkAuth holds every permission check to the auth store's history:
-// a request was allowed, or denied, by some store from the newest
-// change acknowledged before it started to the newest change committed
-// before it was decided. An uncertain change counts from the engine's
-// outcome; every acknowledged change must have applied, the applied
-// ones must make a chain of Seqs without gaps, and the last store of the
-// model must be the engine's.
+// checkAuth holds every permission check to the auth store's history: a
+// request was allowed, or denied, by some store from the newest change
+// known before it started to the newest change committed before it was
+// decided. A change is known once it surely applied and its leader heard
+// its commit's answer: an acknowledged one before its client heard, an
+// uncertain one that applied whether or not its client ever did. The store
+// is one: once a revoke has taken effect and its leader knows the commit
+// ended, no instance may serve a request that starts later with the store
+// from before it (the leader's distrust window after a failed change is
+// there for that). Every acknowledged change must have applied, the
+// applied ones must make a chain of Seqs without gaps, and the last store
+// of the model must be the engine's.
 func (w *World) checkAuth(res *Result) error {
 	if !w.plan.Auth {
 		return nil
@@ -208,7 +213,7 @@ func (w *World) checkAuth(res *Result) error {
 		}
 		lo, hi := 0, 0
 		for i := range chain.models {
-			if chain.acked[i] >= 0 && chain.acked[i] < cl.start {
+			if chain.known[i] >= 0 && chain.known[i] < cl.start {
 				lo = i
 			}
 			if chain.from[i] <= by {
@@ -230,7 +235,7 @@ func (w *World) checkAuth(res *Result) error {
 			if !allowed {
 				verdict = "denied"
 			}
-			return fmt.Errorf("auth: c%d op%d as %s (%s) was %s, but no auth store from seq %d (acknowledged before it started at %v) to seq %d (committed before %v) would have: %s",
+			return fmt.Errorf("auth: c%d op%d as %s (%s) was %s, but no auth store from seq %d (known before it started at %v) to seq %d (committed before %v) would have: %s",
 				cl.client.idx, cl.id, cl.user, describeNeeds(ns), verdict, chain.seq0+uint64(lo), cl.start, chain.seq0+uint64(hi), by, chain.describe(lo, hi))
 		}
 	}
@@ -270,7 +275,7 @@ func (w *World) authChain() (*authChain, error) {
 	for _, ch := range authSetup() {
 		m.apply(ch)
 	}
-	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, acked: []time.Duration{0}, change: []core.AuthChange{nil}}
+	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []core.AuthChange{nil}}
 	for s := w.authSeq0 + 1; s <= final.Seq; s++ {
 		a, ok := applied[s]
 		if !ok {
@@ -278,13 +283,9 @@ func (w *World) authChain() (*authChain, error) {
 		}
 		m = m.clone()
 		m.apply(a.call.in.auth)
-		acked := time.Duration(-1)
-		if a.call.status == answered && a.call.err == nil {
-			acked = a.call.end
-		}
 		chain.models = append(chain.models, m)
 		chain.from = append(chain.from, a.at)
-		chain.acked = append(chain.acked, acked)
+		chain.known = append(chain.known, a.known)
 		chain.change = append(chain.change, a.call.in.auth)
 	}
 	if uint64(len(applied)) != final.Seq-w.authSeq0 {

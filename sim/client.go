@@ -398,11 +398,17 @@ func (c *client) giveUp(cl *call, why string) {
 	c.w.fault(why, "c%d op%d via %s", c.idx, cl.id, via)
 	c.learnCounter(cl)
 	c.cur = nil
-	c.think()
+	c.think(cl)
 }
 
-func (c *client) think() {
-	c.w.after(c.w.between(0, 20*time.Millisecond), "think", c.issue)
+// think waits before the next call: an admin whose change failed (not
+// refused) waits up to the plan's AdminBackoff, as an operator would.
+func (c *client) think(cl *call) {
+	d := c.w.between(0, 20*time.Millisecond)
+	if cl.in.kind == opAuth && cl.status == unknown && c.w.plan.AdminBackoff > 0 {
+		d = c.w.between(c.w.plan.AdminBackoff/2, c.w.plan.AdminBackoff)
+	}
+	c.w.after(d, "think", c.issue)
 }
 
 // answered records a call's reply.
@@ -433,7 +439,7 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 	c.learn(cl)
 	c.learnCounter(cl)
 	c.cur = nil
-	c.think()
+	c.think(cl)
 }
 
 func isEtcdError(err error) bool {

@@ -19,10 +19,14 @@
 // with a store of root, users and roles, the clients run as those users (a
 // call names its user, as a client certificate would), and an admin client
 // grants and revokes permissions and roles among its traffic, through
-// leader and followers, under the same faults. Nodes check ranges, writes
-// and compactions as the server does, with the driver's choice of store.
-// After the client budget is spent the faults heal and every client must
-// get a write through and every watch must catch up (liveness).
+// leader and followers, under the same faults; on some seeds the store is
+// troubled: its commits often end uncertain, the leader's loads of it from
+// a snapshot stall, and the admin backs off after a failed change, so
+// loads run across failed changes and distrust windows pass unread. Nodes
+// check ranges, writes and compactions as the server does, with the
+// driver's choice of store. After the client budget is spent the faults
+// heal and every client must get a write through and every watch must
+// catch up (liveness).
 //
 // Then check.go resolves every call the clients could not tell about from
 // the engine's revision records, and runs the checkers: no lost or
@@ -31,17 +35,19 @@
 // lost update, counters count every increment), a linearizable history
 // (linearizability) with every serializable read the store as of its
 // revision, etcd's guarantees on every watch stream, every permission
-// decision fits an auth store between the newest change acknowledged
-// before the request started and the newest committed before it was
-// decided (authcheck.go: its own model of the store, uncertain changes
-// resolved by the engine's outcome of their transactions, the chain of
-// applied changes checked against the engine's final store; lease calls,
-// watches and puts that attach a lease are not judged), and a snapshot
-// (core.Export) that holds exactly the events since the compaction and the
-// versions alive at it; core invariants run after every step, with one
-// across nodes: a term is led by one node, once. A crashed node's pending
-// answers die with it. Config's BreakDrift, SkipConflictChecks,
-// DealEagerly, EarlyLeaseGone and StaleAuthReads break an assumption or plant a bug, for
-// tests that prove the checkers see what they are for. cmd/axon's `axon
-// sim` runs one seed or a swarm.
+// decision fits an auth store between the newest change known before the
+// request started (acknowledged, or applied although its commit failed,
+// once its leader heard the commit's answer) and the newest committed
+// before it was decided (authcheck.go: its own model of the store,
+// uncertain changes resolved by the engine's outcome of their
+// transactions, the chain of applied changes checked against the engine's
+// final store; lease calls, watches and puts that attach a lease are not
+// judged), and a snapshot (core.Export) that holds exactly the events
+// since the compaction and the versions alive at it; core invariants run
+// after every step, with one across nodes: a term is led by one node,
+// once. A crashed node's pending answers die with it. Config's BreakDrift,
+// SkipConflictChecks, DealEagerly, EarlyLeaseGone, StaleAuthReads and
+// KeepGenOnFailedAuth break an assumption or plant a bug, for tests that
+// prove the checkers see what they are for. cmd/axon's `axon sim` runs one
+// seed or a swarm.
 package sim

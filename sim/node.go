@@ -78,7 +78,7 @@ func (n *node) start() {
 		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
-		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, Hooks: driver.Hooks{
+		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeepGenOnFailedAuth: n.w.cfg.KeepGenOnFailedAuth, Hooks: driver.Hooks{
 			Check: func(m *core.Member) {
 				if nd := m.Node(); nd != nil {
 					n.w.checkTermLedOnce(n.id(), m.Term(), nd)
@@ -531,7 +531,8 @@ func (n *node) followerRead(c *call, rev int64, done func(answer, error)) {
 }
 
 // read serves a range at a commit point; compacted < 0 reads the compact
-// revision from the engine (a follower's).
+// revision from the engine (a follower's). The snapshot begins now; on a
+// leader that must load the auth store, the rest may stall (authStall).
 func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 	led := compacted >= 0
 	look := n.drv.LookAuth(led)
@@ -540,27 +541,34 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 		n.on(n.latency(), "read failed", func() { done(answer{}, err) })
 		return
 	}
-	rd := storage.NewReader(txn)
-	err = n.authorizeRead(c, look, rd, led)
-	if err == nil && compacted < 0 {
-		compacted, err = core.ReadCompacted(rd)
-	}
-	var resp *pb.RangeResponse
-	if err == nil {
-		var ahead core.Reader
-		if ahead, err = exec.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
-			resp, err = core.Range(ahead, c.in.rng, rev, compacted)
+	serve := func() {
+		rd := storage.NewReader(txn)
+		err := n.authorizeRead(c, look, rd, led)
+		if err == nil && compacted < 0 {
+			compacted, err = core.ReadCompacted(rd)
 		}
-	}
-	txn.Rollback()
-	d := txn.(*memkv.Txn).Delay()
-	n.on(d, "read", func() {
-		var op *pb.ResponseOp
-		if resp != nil {
-			op = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: resp}}
+		var resp *pb.RangeResponse
+		if err == nil {
+			var ahead core.Reader
+			if ahead, err = exec.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
+				resp, err = core.Range(ahead, c.in.rng, rev, compacted)
+			}
 		}
-		done(answer{resp: op, rev: rev}, err)
-	})
+		txn.Rollback()
+		d := txn.(*memkv.Txn).Delay()
+		n.on(d, "read", func() {
+			var op *pb.ResponseOp
+			if resp != nil {
+				op = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: resp}}
+			}
+			done(answer{resp: op, rev: rev}, err)
+		})
+	}
+	if stall := n.authStall(look, led); stall > 0 {
+		n.on(stall, "slow auth read", serve)
+		return
+	}
+	serve()
 }
 
 type leaseReply struct{ id, ttl int64 }

@@ -40,6 +40,12 @@ type Config struct {
 	// auth check should then find permissions honoured after their
 	// revoke was acknowledged.
 	StaleAuthReads bool
+	// KeepGenOnFailedAuth plants a bug in the driver
+	// (driver.Config.KeepGenOnFailedAuth): a failed auth change does not
+	// void the loads under way on the leader, so one that read a snapshot
+	// from before the change can become its trusted copy; the auth check
+	// should then find a permission the landed change revoked honoured.
+	KeepGenOnFailedAuth bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on
@@ -116,6 +122,16 @@ type Plan struct {
 	// and permissions an admin client changes, AuthShare of its calls.
 	Auth      bool
 	AuthShare float64
+	// A troubled auth store: AuthFaults of the admin's commits end
+	// uncertain (applied, applied later or not), the leader's loads of
+	// the store from a snapshot take AuthLoadStall more (a slow region;
+	// the snapshot is the one taken before), and the admin waits up to
+	// AdminBackoff after a change that failed. Together they let a load
+	// begun before a change that fails end after it, and the leader's
+	// copy go unread for a whole distrust window.
+	AuthFaults    float64
+	AuthLoadStall time.Duration
+	AdminBackoff  time.Duration
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -211,6 +227,11 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.35) {
 		p.Auth = true
 		p.AuthShare = 0.2 + 0.5*w.rng.Float64()
+		if w.chance(0.5) {
+			p.AuthFaults = 0.1 + 0.4*w.rng.Float64()
+			p.AuthLoadStall = w.between(engineDeadline/2, 3*engineDeadline)
+			p.AdminBackoff = w.between(engineDeadline, 5*engineDeadline)
+		}
 	}
 }
 
@@ -234,6 +255,9 @@ func (p Plan) traffic() string {
 	}
 	if p.Auth {
 		s += fmt.Sprintf(" auth=%.0f%%", 100*p.AuthShare)
+	}
+	if p.AuthFaults > 0 {
+		s += fmt.Sprintf(" authfaults=%.0f%% authstall=%v backoff=%v", 100*p.AuthFaults, p.AuthLoadStall.Round(time.Millisecond), p.AdminBackoff.Round(time.Millisecond))
 	}
 	return s
 }

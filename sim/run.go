@@ -204,14 +204,19 @@ func (w *World) scheduleFaults() {
 }
 
 // injector wraps the engine's fault source: it plants the skipped
-// conflict check if the run asks for it (healing fixes faults, not bugs)
-// and counts the faults it decides, by kind.
+// conflict check if the run asks for it (healing fixes faults, not bugs),
+// fails the auth store's commits at the plan's AuthFaults, and counts the
+// faults it decides, by kind.
 func (w *World) injector(inj memkv.Injector) memkv.Injector {
 	return memkv.InjectorFunc(func(op memkv.Op) memkv.Fault {
 		f := inj.Inject(op)
 		if op.Kind == memkv.OpCommit && w.chance(w.cfg.SkipConflictChecks) {
 			f.SkipConflictCheck = true
 			w.faults["skip-conflict-check"]++
+		}
+		if op.Kind == memkv.OpCommit && w.plan.AuthFaults > 0 && f.Kind == memkv.FaultNone && !w.healed && writesAuth(op.Keys) && w.chance(w.plan.AuthFaults) {
+			f.Kind = []memkv.FaultKind{memkv.FaultUncertainApplied, memkv.FaultUncertainAppliedLater, memkv.FaultUncertainNotApplied}[w.rng.IntN(3)]
+			f.ApplyAfter = w.between(0, w.plan.Engine.MaxApplyAfter)
 		}
 		if f.Kind != memkv.FaultNone && (op.Kind == memkv.OpCommit || f.Kind == memkv.FaultError || f.Kind == memkv.FaultUnavailable) {
 			w.faults["engine-"+f.Kind.String()]++

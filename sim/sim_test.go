@@ -331,3 +331,24 @@ func TestAuthDimension(t *testing.T) {
 		t.Errorf("want some of each")
 	}
 }
+
+// TestFailedAuthChangeRaceIsCaught plants the race commit 615c3a5 fixed,
+// found by reading code, not by the swarm: a leader's check that found
+// no trusted copy looks, its snapshot begins, an auth change then fails
+// uncertainly yet lands, and the check's load, ending after, keeps the
+// store from before the change as the leader's copy, trusted once the
+// engine deadline has passed. Seeds with a troubled auth store (plan.go)
+// must find it within 300 seeds; the seed must replay bit for bit, and
+// pass without the plant.
+func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, KeepGenOnFailedAuth: true}
+	r, ok := firstFailure(1, 300, cfg)
+	if !ok {
+		t.Fatal("300 seeds keeping gen on failed auth changes all passed: the auth check sees nothing")
+	}
+	if !strings.Contains(r.Err.Error(), "auth: ") || !strings.Contains(r.Err.Error(), "but no auth store from seq") {
+		t.Errorf("seed %d failed otherwise than by a decision no store fits: %v", r.Seed, r.Err)
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.KeepGenOnFailedAuth = false })
+}

@@ -25,6 +25,7 @@ type simFlags struct {
 	dealEagerly bool
 	earlyLease  bool
 	staleAuth   bool
+	keepGen     bool
 	outDir      string
 }
 
@@ -51,12 +52,13 @@ func simCmd() *cobra.Command {
 	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
 	fl.BoolVar(&f.earlyLease, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
 	fl.BoolVar(&f.staleAuth, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
+	fl.BoolVar(&f.keepGen, "keep-gen-on-failed-auth", false, "plant a bug: a failed auth change does not void the leader's auth loads under way (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, StaleAuthReads: f.staleAuth, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, StaleAuthReads: f.staleAuth, KeepGenOnFailedAuth: f.keepGen, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -75,6 +77,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.staleAuth {
 		s += " --stale-auth-reads"
+	}
+	if f.keepGen {
+		s += " --keep-gen-on-failed-auth"
 	}
 	return s
 }
