@@ -3,6 +3,7 @@ package server
 import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // The write requests' decoder. gRPC's proto codec decodes a TxnRequest
@@ -286,4 +287,186 @@ func decodeDeleteRange(b []byte, m *pb.DeleteRangeRequest) bool {
 		}
 	}
 	return true
+}
+
+// requestSize is proto.Size(m), what a write request is held to against
+// MaxRequestBytes. protobuf sizes a TxnRequest through the same generic
+// oneof path as it decodes one (1.5 % of a create's CPU); the KV
+// requests are summed here field by field instead, unless they hold
+// unknown fields or a nil message protobuf would size its own way.
+func requestSize(m proto.Message) int {
+	var n int
+	ok := false
+	switch m := m.(type) {
+	case *pb.TxnRequest:
+		n, ok = txnSize(m)
+	case *pb.PutRequest:
+		n, ok = putSize(m)
+	case *pb.DeleteRangeRequest:
+		n, ok = deleteRangeSize(m)
+	case *pb.RangeRequest:
+		n, ok = rangeSize(m)
+	}
+	if !ok {
+		return proto.Size(m)
+	}
+	return n
+}
+
+// known reports whether m holds no unknown fields.
+func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
+
+func bytesSize(num protowire.Number, b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(b))
+}
+
+func varintSize(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+func boolSize(num protowire.Number, b bool) int {
+	if !b {
+		return 0
+	}
+	return protowire.SizeTag(num) + 1
+}
+
+// messageSize is the size of an embedded message of size n.
+func messageSize(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+func txnSize(m *pb.TxnRequest) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	n := 0
+	for _, c := range m.Compare {
+		cn, ok := compareSize(c)
+		if !ok {
+			return 0, false
+		}
+		n += messageSize(1, cn)
+	}
+	for i, ops := range [][]*pb.RequestOp{m.Success, m.Failure} {
+		for _, op := range ops {
+			on, ok := opSize(op)
+			if !ok {
+				return 0, false
+			}
+			n += messageSize(protowire.Number(2+i), on)
+		}
+	}
+	return n, true
+}
+
+func opSize(m *pb.RequestOp) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	var (
+		num protowire.Number
+		n   int
+		ok  bool
+	)
+	switch r := m.Request.(type) {
+	case nil:
+		return 0, true
+	case *pb.RequestOp_RequestRange:
+		if r != nil {
+			num = 1
+			n, ok = rangeSize(r.RequestRange)
+		}
+	case *pb.RequestOp_RequestPut:
+		if r != nil {
+			num = 2
+			n, ok = putSize(r.RequestPut)
+		}
+	case *pb.RequestOp_RequestDeleteRange:
+		if r != nil {
+			num = 3
+			n, ok = deleteRangeSize(r.RequestDeleteRange)
+		}
+	case *pb.RequestOp_RequestTxn:
+		if r != nil {
+			num = 4
+			n, ok = txnSize(r.RequestTxn)
+		}
+	}
+	if !ok {
+		return 0, false
+	}
+	return messageSize(num, n), true
+}
+
+func compareSize(m *pb.Compare) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	n := varintSize(1, uint64(m.Result)) + varintSize(2, uint64(m.Target)) + bytesSize(3, m.Key) + bytesSize(64, m.RangeEnd)
+	// A oneof member set is sized even when zero; a nil one is
+	// protobuf's to size.
+	switch u := m.TargetUnion.(type) {
+	case nil:
+	case *pb.Compare_Version:
+		if u == nil {
+			return 0, false
+		}
+		n += protowire.SizeTag(4) + protowire.SizeVarint(uint64(u.Version))
+	case *pb.Compare_CreateRevision:
+		if u == nil {
+			return 0, false
+		}
+		n += protowire.SizeTag(5) + protowire.SizeVarint(uint64(u.CreateRevision))
+	case *pb.Compare_ModRevision:
+		if u == nil {
+			return 0, false
+		}
+		n += protowire.SizeTag(6) + protowire.SizeVarint(uint64(u.ModRevision))
+	case *pb.Compare_Value:
+		if u == nil {
+			return 0, false
+		}
+		n += protowire.SizeTag(7) + protowire.SizeBytes(len(u.Value))
+	case *pb.Compare_Lease:
+		if u == nil {
+			return 0, false
+		}
+		n += protowire.SizeTag(8) + protowire.SizeVarint(uint64(u.Lease))
+	default:
+		return 0, false
+	}
+	return n, true
+}
+
+func putSize(m *pb.PutRequest) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	return bytesSize(1, m.Key) + bytesSize(2, m.Value) + varintSize(3, uint64(m.Lease)) +
+		boolSize(4, m.PrevKv) + boolSize(5, m.IgnoreValue) + boolSize(6, m.IgnoreLease), true
+}
+
+func deleteRangeSize(m *pb.DeleteRangeRequest) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	return bytesSize(1, m.Key) + bytesSize(2, m.RangeEnd) + boolSize(3, m.PrevKv), true
+}
+
+func rangeSize(m *pb.RangeRequest) (int, bool) {
+	if m == nil || !known(m) {
+		return 0, false
+	}
+	return bytesSize(1, m.Key) + bytesSize(2, m.RangeEnd) + varintSize(3, uint64(m.Limit)) + varintSize(4, uint64(m.Revision)) +
+		varintSize(5, uint64(m.SortOrder)) + varintSize(6, uint64(m.SortTarget)) +
+		boolSize(7, m.Serializable) + boolSize(8, m.KeysOnly) + boolSize(9, m.CountOnly) +
+		varintSize(10, uint64(m.MinModRevision)) + varintSize(11, uint64(m.MaxModRevision)) +
+		varintSize(12, uint64(m.MinCreateRevision)) + varintSize(13, uint64(m.MaxCreateRevision)), true
 }

@@ -214,6 +214,30 @@ func TestDecodeRequestEqualsProtobuf(t *testing.T) {
 	})
 }
 
+func TestRequestSizeEqualsProtobuf(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := genRequest(t)
+		if rapid.Bool().Draw(t, "decoded") {
+			// Through protobuf from an altered encoding: unknown fields,
+			// merged messages.
+			b, _ := proto.Marshal(m)
+			o, _ := proto.Marshal(genRequest(t))
+			b = append(b, o...)
+			if len(b) > 0 && rapid.Bool().Draw(t, "alter") {
+				b[rapid.IntRange(0, len(b)-1).Draw(t, "at")] = rapid.Byte().Draw(t, "to")
+			}
+			d := m.ProtoReflect().Type().New().Interface()
+			if proto.Unmarshal(b, d) != nil {
+				return
+			}
+			m = d
+		}
+		if got, want := requestSize(m), proto.Size(m); got != want {
+			t.Fatalf("%v: requestSize %d, proto.Size %d", m, got, want)
+		}
+	})
+}
+
 func TestDecodeRequestCapsByteFields(t *testing.T) {
 	b, _ := proto.Marshal(&pb.PutRequest{Key: []byte("key"), Value: []byte("value")})
 	m := &pb.PutRequest{}
@@ -226,9 +250,9 @@ func TestDecodeRequestCapsByteFields(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeTxn decodes a Kubernetes create (Txn If ModRevision==0
-// Then Put Else Get, 512-byte value) as the server did (gRPC's proto
-// codec) and as it does now.
+// BenchmarkDecodeTxn decodes and sizes a Kubernetes create (Txn If
+// ModRevision==0 Then Put Else Get, 512-byte value) as the server did
+// (gRPC's proto codec, proto.Size) and as it does now.
 func BenchmarkDecodeTxn(b *testing.B) {
 	key := []byte("/registry/pods/ns/pod-00000001")
 	raw, _ := proto.Marshal(&pb.TxnRequest{
@@ -250,6 +274,20 @@ func BenchmarkDecodeTxn(b *testing.B) {
 			if !decodeRequest(bytes.Clone(raw), &pb.TxnRequest{}) {
 				b.Fatal("not decoded")
 			}
+		}
+	})
+	m := &pb.TxnRequest{}
+	if !decodeRequest(raw, m) {
+		b.Fatal("not decoded")
+	}
+	b.Run("proto.Size", func(b *testing.B) {
+		for b.Loop() {
+			proto.Size(m)
+		}
+	})
+	b.Run("requestSize", func(b *testing.B) {
+		for b.Loop() {
+			requestSize(m)
 		}
 	})
 }
