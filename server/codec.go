@@ -74,6 +74,19 @@ func nextField(b []byte) (f field, rest []byte, ok bool) {
 	return f, b[n:], true
 }
 
+// eachField calls fn with each field of the message b until fn returns
+// false; it reports whether every field was well formed and taken.
+func eachField(b []byte, fn func(f field) bool) bool {
+	for len(b) > 0 {
+		f, rest, ok := nextField(b)
+		if !ok || !fn(f) {
+			return false
+		}
+		b = rest
+	}
+	return true
+}
+
 // noZero is a proto3 bytes field as protobuf decodes it: nil when empty.
 func noZero(b []byte) []byte {
 	if len(b) == 0 {
@@ -86,12 +99,10 @@ func decodeTxn(b []byte, m *pb.TxnRequest, depth int) bool {
 	if depth > maxTxnDepth {
 		return false
 	}
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok || f.typ != protowire.BytesType {
+	return eachField(b, func(f field) bool {
+		if f.typ != protowire.BytesType {
 			return false
 		}
-		b = rest
 		switch f.num {
 		case 1:
 			c := &pb.Compare{}
@@ -112,51 +123,39 @@ func decodeTxn(b []byte, m *pb.TxnRequest, depth int) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 func decodeOp(b []byte, m *pb.RequestOp, depth int) bool {
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok || f.typ != protowire.BytesType || m.Request != nil {
+	return eachField(b, func(f field) bool {
+		if f.typ != protowire.BytesType || m.Request != nil {
 			return false
 		}
-		b = rest
 		switch f.num {
 		case 1:
 			r := &pb.RangeRequest{}
 			m.Request = &pb.RequestOp_RequestRange{RequestRange: r}
-			ok = decodeRange(f.bytes, r)
+			return decodeRange(f.bytes, r)
 		case 2:
 			r := &pb.PutRequest{}
 			m.Request = &pb.RequestOp_RequestPut{RequestPut: r}
-			ok = decodePut(f.bytes, r)
+			return decodePut(f.bytes, r)
 		case 3:
 			r := &pb.DeleteRangeRequest{}
 			m.Request = &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}
-			ok = decodeDeleteRange(f.bytes, r)
+			return decodeDeleteRange(f.bytes, r)
 		case 4:
 			r := &pb.TxnRequest{}
 			m.Request = &pb.RequestOp_RequestTxn{RequestTxn: r}
-			ok = decodeTxn(f.bytes, r, depth+1)
-		default:
-			return false
+			return decodeTxn(f.bytes, r, depth+1)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+		return false
+	})
 }
 
 func decodeCompare(b []byte, m *pb.Compare) bool {
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok {
-			return false
-		}
-		b = rest
+	return eachField(b, func(f field) bool {
 		isVarint := f.typ == protowire.VarintType
 		switch {
 		case f.num == 1 && isVarint:
@@ -186,17 +185,12 @@ func decodeCompare(b []byte, m *pb.Compare) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 func decodePut(b []byte, m *pb.PutRequest) bool {
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok {
-			return false
-		}
-		b = rest
+	return eachField(b, func(f field) bool {
 		isVarint := f.typ == protowire.VarintType
 		switch {
 		case f.num == 1 && !isVarint:
@@ -214,17 +208,12 @@ func decodePut(b []byte, m *pb.PutRequest) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 func decodeRange(b []byte, m *pb.RangeRequest) bool {
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok {
-			return false
-		}
-		b = rest
+	return eachField(b, func(f field) bool {
 		if f.typ == protowire.BytesType {
 			switch f.num {
 			case 1:
@@ -234,7 +223,7 @@ func decodeRange(b []byte, m *pb.RangeRequest) bool {
 			default:
 				return false
 			}
-			continue
+			return true
 		}
 		v := f.varint
 		switch f.num {
@@ -263,17 +252,12 @@ func decodeRange(b []byte, m *pb.RangeRequest) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 func decodeDeleteRange(b []byte, m *pb.DeleteRangeRequest) bool {
-	for len(b) > 0 {
-		f, rest, ok := nextField(b)
-		if !ok {
-			return false
-		}
-		b = rest
+	return eachField(b, func(f field) bool {
 		isVarint := f.typ == protowire.VarintType
 		switch {
 		case f.num == 1 && !isVarint:
@@ -285,8 +269,8 @@ func decodeDeleteRange(b []byte, m *pb.DeleteRangeRequest) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // requestSize is proto.Size(m), what a write request is held to against
