@@ -127,7 +127,10 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		// and evaluates it again there (Redeal).
 		eff := &Effects{Events: tx.events}
 		if restampable(w) {
-			eff.probe, eff.probeResp = tx, resp
+			// A copy: storing tx itself would move every evaluation's
+			// txnEval to the heap.
+			probe := *tx
+			eff.probe, eff.probeResp = &probe, resp
 		}
 		return eff, nil
 	case undealt:
