@@ -193,3 +193,31 @@ func BenchmarkCommitAmongWatchers(b *testing.B) {
 		s.watch, s.resps, s.out = s.watch[:0], s.resps[:0], s.out[:0]
 	}
 }
+
+// BenchmarkNodeCreate is one Kubernetes create (Txn If ModRevision==0
+// Then Put Else Get) through everything core and storage/exec do for it:
+// propose, latch, evaluate undealt, deal, evaluate again, buffer, commit
+// (memkv), report and release the response.
+func BenchmarkNodeCreate(b *testing.B) {
+	ctx := context.Background()
+	eng := memkv.New()
+	node := core.NewNode(core.Config{}, core.State{})
+	value := []byte(fmt.Sprintf("%0512d", 0))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := []byte(fmt.Sprintf("/registry/pods/ns/pod-%08d", i))
+		node.Propose(core.RequestID(i+1), &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Compare: []*pb.Compare{{Key: key, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{}}},
+			Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: value}}}},
+			Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
+		}}})
+		for _, w := range node.Ready().Work {
+			eff, out, _ := exec.Run(ctx, eng, w, node)
+			node.Done(w, core.Result{Effects: eff, Outcome: out})
+		}
+		rs := node.Ready().Responses
+		if len(rs) != 1 || rs[0].Err != nil || !rs[0].Response.GetResponseTxn().GetSucceeded() {
+			b.Fatalf("create: %+v", rs)
+		}
+	}
+}

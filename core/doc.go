@@ -160,10 +160,11 @@
 //     time is up: then once the expiry's revoke commits).
 //  3. Call Ready and act on every output, in order:
 //     - Work: run each item in its own engine transaction — begin,
-//     Evaluate (undealt request work twice, with Deal between when
-//     Effects.NeedsRevision; a WorkBatch's requests in order, each
-//     seeing the writes of those before it; storage/exec.Apply does all
-//     this), apply Effects.Writes, commit unless Effects.Late or nothing
+//     Evaluate (undealt request work: when Effects.NeedsRevision, Deal
+//     it, then Redeal it with those Effects, which finishes the
+//     evaluation at the dealt revision; a WorkBatch's requests in
+//     order, each seeing the writes of those before it; storage/exec.Apply
+//     does all this), apply Effects.Writes, commit unless Effects.Late or nothing
 //     is written — and call Done(w, Result{Effects, Outcome}), the
 //     Outcome being Committed, NotApplied (definitely not applied) or
 //     Uncertain. WorkCatchUp reads ReadEvents(From, To) instead and

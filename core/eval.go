@@ -50,6 +50,13 @@ type Effects struct {
 	Batch []*Effects
 	// Sweep is WorkSweep's progress after its batch.
 	Sweep *Sweep
+
+	// probe is, for undealt work that needs a revision, the evaluation
+	// Redeal may finish at the dealt revision instead of running again.
+	probe *txnEval
+	// probeResp is the probe's response (Response stays nil: the work
+	// is not answered undealt).
+	probeResp *pb.ResponseOp
 }
 
 // Evaluate runs a work item against a snapshot (the driver's engine
@@ -117,8 +124,15 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 		return nil, err
 	case undealt && len(tx.events) > 0:
 		// It changes keys: the driver deals it a revision (Node.Deal)
-		// and evaluates it again there.
-		return &Effects{Events: tx.events}, nil
+		// and evaluates it again there (Redeal).
+		eff := &Effects{Events: tx.events}
+		if restampable(w) {
+			// A copy: storing tx itself would move every evaluation's
+			// txnEval to the heap.
+			probe := *tx
+			eff.probe, eff.probeResp = &probe, resp
+		}
+		return eff, nil
 	case undealt:
 		// It changes no key: no revision, no touches; only a lease
 		// record, if any, is written.
@@ -129,6 +143,113 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 
 // probeRev is the revision undealt work is evaluated at: above any dealt.
 const probeRev = 1<<62 - 1
+
+// Redeal evaluates work that Evaluate, undealt, found changes keys
+// (probe: its Effects, NeedsRevision) once Deal gave it w.Rev; rd must
+// be the reader the probe read, in the same transaction. For most
+// requests it finishes the probe's evaluation instead of running it
+// again: the probe read what a second evaluation would read and decided
+// what it would decide, and only the revision it stamped differs (see
+// restamp). A create costs about twenty allocations less and core and
+// storage/exec a third less CPU (BenchmarkNodeCreate).
+func Redeal(rd Reader, w *Work, probe *Effects) (*Effects, error) {
+	tx := probe.probe
+	if tx == nil || w.Rev == 0 || w.Kind != WorkRequest {
+		return Evaluate(rd, w)
+	}
+	probe.probe = nil // finished once
+	return tx.restamp(w.Rev, w.Term, probe.probeResp), nil
+}
+
+// restampable reports whether undealt work's evaluation equals its
+// dealt evaluation but for the revision it stamps: it reads single keys
+// only (not serial: a range is read below the work's revision), is no
+// lease operation, and filters no range by revision (the probe's
+// revision, above every other, would filter differently).
+func restampable(w *Work) bool {
+	return w.Lease == nil && !w.Serial && !filtersByRevision(w.Request)
+}
+
+func filtersByRevision(op *pb.RequestOp) bool {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestRange:
+		r := tv.RequestRange
+		return r.GetMinModRevision() != 0 || r.GetMaxModRevision() != 0 || r.GetMinCreateRevision() != 0 || r.GetMaxCreateRevision() != 0
+	case *pb.RequestOp_RequestTxn:
+		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()} {
+			if slices.ContainsFunc(ops, filtersByRevision) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// restamp turns a probe's evaluation (at probeRev) into the evaluation
+// at rev. The dealt evaluation would find the work late where a key it
+// read was touched at rev or above; otherwise everything it computes is
+// the probe's with probeRev replaced by rev: the revisions of the records
+// and key-values the work wrote (a key is written at most once in a
+// request, ValidateTxn), of its events, and of its responses' headers.
+func (tx *txnEval) restamp(rev, term int64, resp *pb.ResponseOp) *Effects {
+	for _, e := range tx.order {
+		if e.orig != nil && e.orig.Touch >= rev {
+			return &Effects{Late: true}
+		}
+	}
+	tx.rev, tx.term, tx.seen = rev, term, 0
+	for _, e := range tx.order {
+		if e.written && e.cur != nil {
+			e.cur.ModRev = stamp(e.cur.ModRev, rev)
+			e.cur.CreateRev = stamp(e.cur.CreateRev, rev)
+		}
+	}
+	for i := range tx.events {
+		tx.events[i].Rev = rev
+		restampKV(tx.events[i].Kv, rev)
+	}
+	restampResponse(resp, rev)
+	return &Effects{Writes: tx.writes(), Events: tx.events, Response: resp}
+}
+
+func stamp(r, rev int64) int64 {
+	if r == probeRev {
+		return rev
+	}
+	return r
+}
+
+func restampKV(kv *mvccpb.KeyValue, rev int64) {
+	if kv != nil {
+		kv.ModRevision = stamp(kv.ModRevision, rev)
+		kv.CreateRevision = stamp(kv.CreateRevision, rev)
+	}
+}
+
+func restampHeader(h *pb.ResponseHeader, rev int64) {
+	if h != nil {
+		h.Revision = stamp(h.Revision, rev)
+	}
+}
+
+func restampResponse(op *pb.ResponseOp, rev int64) {
+	switch r := op.GetResponse().(type) {
+	case *pb.ResponseOp_ResponsePut:
+		restampHeader(r.ResponsePut.GetHeader(), rev)
+	case *pb.ResponseOp_ResponseDeleteRange:
+		restampHeader(r.ResponseDeleteRange.GetHeader(), rev)
+	case *pb.ResponseOp_ResponseRange:
+		restampHeader(r.ResponseRange.GetHeader(), rev)
+		for _, kv := range r.ResponseRange.GetKvs() {
+			restampKV(kv, rev)
+		}
+	case *pb.ResponseOp_ResponseTxn:
+		restampHeader(r.ResponseTxn.GetHeader(), rev)
+		for _, sub := range r.ResponseTxn.GetResponses() {
+			restampResponse(sub, rev)
+		}
+	}
+}
 
 // NeedsRevision reports whether undealt work's effects change keys, so
 // that it must be dealt a revision and evaluated again (Node.Deal).

@@ -106,7 +106,14 @@ func (ls *latches) acquire(w *Work, all bool) bool {
 	ls.seq++
 	l := &latch{seq: ls.seq, all: all}
 	if !all {
-		l.keys, l.spans = footprint(w.Request, nil, nil)
+		l.keys, l.spans = footprint(w.Request, make([][]byte, 0, 4), nil)
+		// A key named twice (a create compares, puts and, failing,
+		// gets one key) needs one entry: each costs map work in
+		// acquire and in release.
+		if len(l.keys) > 1 {
+			slices.SortFunc(l.keys, bytes.Compare)
+			l.keys = slices.CompactFunc(l.keys, bytes.Equal)
+		}
 	}
 	wait := func(e *latch) {
 		if e.mark != l.seq {
@@ -172,13 +179,15 @@ func (ls *latches) release(l *latch) []*Work {
 	delete(ls.live, l)
 	for _, k := range l.keys {
 		es := ls.byKey[string(k)]
-		if i := slices.Index(es, l); i >= 0 {
-			es = slices.Delete(es, i, i+1)
-		}
-		if len(es) == 0 {
+		i := slices.Index(es, l)
+		switch {
+		case len(es) == 0:
 			delete(ls.byKey, string(k))
-		} else {
-			ls.byKey[string(k)] = es
+		case i < 0:
+		case len(es) == 1:
+			delete(ls.byKey, string(k))
+		default:
+			ls.byKey[string(k)] = slices.Delete(es, i, i+1)
 		}
 	}
 	if i := slices.Index(ls.ranged, l); i >= 0 {

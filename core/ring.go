@@ -13,9 +13,14 @@ import (
 // of KiB, each event with its previous value, would otherwise make a
 // count-bounded ring the largest thing in the process.
 type Ring struct {
-	buf   []Event
-	start int // index of the oldest event
-	n     int // number of events held
+	buf []Event
+	// weights holds each slot's EventBytes, so that evicting the oldest
+	// event does not read it again: by then it is out of the CPU's
+	// caches (EventBytes was 0.5 % of a create's CPU, nearly all of it
+	// in the evicted event's cache misses).
+	weights []int64
+	start   int // index of the oldest event
+	n       int // number of events held
 	// first is the lowest revision whose events are all held: every
 	// event with Rev ≥ first is in the ring.
 	first int64
@@ -29,7 +34,8 @@ type Ring struct {
 // NewRing returns a ring of capacity events that holds every event
 // from revision first on.
 func NewRing(capacity int, first int64) *Ring {
-	return &Ring{buf: make([]Event, max(capacity, 1)), first: first}
+	capacity = max(capacity, 1)
+	return &Ring{buf: make([]Event, capacity), weights: make([]int64, capacity), first: first}
 }
 
 // SetByteLimit bounds the bytes the held events weigh (0: no bound).
@@ -69,9 +75,10 @@ func (r *Ring) Append(ev Event) {
 	if r.n == len(r.buf) {
 		r.evictOldest()
 	}
-	*r.at(r.n) = ev
+	i := (r.start + r.n) % len(r.buf)
+	r.buf[i], r.weights[i] = ev, EventBytes(&ev)
 	r.n++
-	r.bytes += EventBytes(&ev)
+	r.bytes += r.weights[i]
 	r.evict()
 }
 
@@ -95,9 +102,8 @@ func (r *Ring) evictOldest() {
 
 // drop forgets the oldest event.
 func (r *Ring) drop() {
-	old := r.at(0)
-	r.bytes -= EventBytes(old)
-	*old = Event{}
+	r.bytes -= r.weights[r.start]
+	r.buf[r.start], r.weights[r.start] = Event{}, 0
 	r.start = (r.start + 1) % len(r.buf)
 	r.n--
 }

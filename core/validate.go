@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -48,11 +49,39 @@ func ValidateTxn(r *pb.TxnRequest, maxOps int) error {
 	if err := validateTxnOps(r, maxOps); err != nil {
 		return err
 	}
-	if _, _, err := txnWrites(r.Success); err != nil {
+	if err := checkWrites(r.Success); err != nil {
 		return err
 	}
-	_, _, err := txnWrites(r.Failure)
-	return err
+	return checkWrites(r.Failure)
+}
+
+// flatOps is the size up to which checkWrites compares the puts of a
+// branch without nested txns pairwise.
+const flatOps = 8
+
+// checkWrites is txnWrites' check of one branch. A small branch without
+// nested txns (Kubernetes' create, update and delete) is checked pairwise:
+// the map txnWrites builds cost two allocations per request.
+func checkWrites(ops []*pb.RequestOp) error {
+	if len(ops) > flatOps || slices.ContainsFunc(ops, func(op *pb.RequestOp) bool { return op.GetRequestTxn() != nil }) {
+		_, _, err := txnWrites(ops)
+		return err
+	}
+	for i, op := range ops {
+		p := op.GetRequestPut()
+		if p == nil {
+			continue
+		}
+		for j, o := range ops {
+			if q := o.GetRequestPut(); q != nil && j < i && bytes.Equal(q.Key, p.Key) {
+				return ErrDuplicateKey
+			}
+			if d := o.GetRequestDeleteRange(); d != nil && (span{d.Key, d.RangeEnd}).contains(p.Key) {
+				return ErrDuplicateKey
+			}
+		}
+	}
+	return nil
 }
 
 func validateTxnOps(r *pb.TxnRequest, maxOps int) error {

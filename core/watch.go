@@ -191,6 +191,9 @@ func (ws *watchers) publish(rev int64, events []Event) {
 		}
 		key := ev.Event.Kv.Key
 		t = append(t, ws.keys[string(key)]...)
+		if ws.ranges.Len() == 0 {
+			continue // no range watched: skip the tree's three allocations
+		}
 		ws.ranges.Visit(adt.NewBytesAffinePoint(key), func(iv *adt.IntervalValue) bool {
 			t = append(t, iv.Val.(*rangeGroup).ws...)
 			return true

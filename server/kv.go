@@ -164,7 +164,7 @@ func (k kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer
 // tooLarge reports whether a write request exceeds MaxRequestBytes; etcd
 // refuses such a proposal with ErrGRPCRequestTooLarge.
 func (k kvServer) tooLarge(r proto.Message) bool {
-	return proto.Size(r) > k.s.cfg.MaxRequestBytes
+	return requestSize(r) > k.s.cfg.MaxRequestBytes
 }
 
 // write proposes a write on the leader; a follower forwards the request.

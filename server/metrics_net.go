@@ -5,11 +5,13 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // The network's families: bytes of client gRPC messages, and the calls
@@ -37,6 +39,18 @@ func (c countingCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c countingCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	c.e.receivedBytes.Add(float64(data.Len()))
+	switch v.(type) {
+	case *pb.TxnRequest, *pb.PutRequest, *pb.RangeRequest, *pb.DeleteRangeRequest:
+		// One copy (gRPC reuses data's buffers), which the request's
+		// keys and values then point into.
+		b := data.Materialize()
+		if decodeRequest(b, v) {
+			return nil
+		}
+		m := v.(proto.Message)
+		proto.Reset(m)
+		return proto.Unmarshal(b, m)
+	}
 	return c.CodecV2.Unmarshal(data, v)
 }
 

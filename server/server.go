@@ -379,9 +379,9 @@ func (s *Server) run(w *core.Work) driver.Result {
 	}
 	// A commit must land within the engine deadline or not at all: that
 	// is what lets a new leader start safely (DESIGN §9).
-	ctx, cancel := context.WithTimeout(s.ctx, s.mcfg.EngineDeadline/2)
-	defer cancel()
 	began := time.Now()
+	ctx := newLazyDeadline(s.ctx, began.Add(s.mcfg.EngineDeadline/2))
+	defer ctx.stop()
 	eff, out, err := exec.Run(ctx, s.eng, w, s.drv)
 	s.metrics.observeRun(w, time.Since(began), eff, out)
 	return driver.Result{Effects: eff, Outcome: out, Err: err}

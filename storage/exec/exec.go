@@ -39,7 +39,13 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 		err error
 	)
 	undealt := w.Kind == core.WorkRequest && w.Rev == 0
-	if m, perr := prefetch(txn, core.WorkLookahead(w)); perr != nil {
+	var la core.Lookahead
+	if _, ok := txn.(storage.BatchReader); ok {
+		// Predicted only where prefetch will read it: on Badger it was
+		// thrown away, at four allocations a create.
+		la = core.WorkLookahead(w)
+	}
+	if m, perr := prefetch(txn, la); perr != nil {
 		return nil, perr
 	} else if m != nil {
 		rd = m
@@ -51,7 +57,7 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	case undealt:
 		if eff, err = core.Evaluate(rd, w); err == nil && eff.NeedsRevision() {
 			if err = d.Deal(w); err == nil {
-				eff, err = core.Evaluate(rd, w)
+				eff, err = core.Redeal(rd, w, eff)
 			}
 		}
 	default:
