@@ -34,11 +34,16 @@ func BenchmarkDealCommit(b *testing.B) {
 	b.Run("64 in flight completing in reverse", func(b *testing.B) {
 		b.ReportAllocs()
 		const inflight = 64
+		// One key each: writes to one key wait for each other (latches).
+		reqs := make([]*pb.RequestOp, inflight)
+		for j := range reqs {
+			reqs[j] = putOp(fmt.Sprintf("k%d", j), "v")
+		}
 		n := core.NewNode(core.Config{}, core.State{})
 		for i := 0; i < b.N; i += inflight {
 			batch := min(inflight, b.N-i)
 			for j := 0; j < batch; j++ {
-				n.Propose(core.RequestID(i+j+1), req)
+				n.Propose(core.RequestID(i+j+1), reqs[j])
 			}
 			work := n.Ready().Work
 			for j := len(work) - 1; j >= 0; j-- {
