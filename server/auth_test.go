@@ -215,11 +215,13 @@ func (s *authScript) reads(when, tok string) {
 }
 
 // identities are who the matrix runs as; each gives a fresh token.
-var identities = []struct {
+type identity struct {
 	name     string
 	user, pw string
 	bad      bool
-}{
+}
+
+var identities = []identity{
 	{name: "no token"},
 	{name: "bad token", bad: true},
 	{name: "user without permission", user: "carol", pw: "carolpw"},
@@ -448,17 +450,7 @@ func (s *authScript) runMatrix() {
 			defer func() { s.conn = conn }()
 		}
 		for _, c := range matrix {
-			tok := ""
-			switch {
-			case id.bad:
-				tok = "not-a-token.1"
-			case id.user != "":
-				if tok = s.login(id.user, id.pw); tok == "" {
-					s.note(id.name+": "+c.name, "login failed")
-					continue
-				}
-			}
-			s.note(id.name+": "+c.name, c.run(s, as(s.ctx, tok)))
+			s.runAs(id, c)
 		}
 	}
 }
@@ -590,16 +582,24 @@ func (s *authScript) rootOnly() {
 			continue
 		}
 		for _, c := range calls {
-			tok := ""
-			switch {
-			case id.bad:
-				tok = "not-a-token.1"
-			case id.user != "":
-				tok = s.login(id.user, id.pw)
-			}
-			s.note(id.name+": "+c.name, c.run(s, as(s.ctx, tok)))
+			s.runAs(id, c)
 		}
 	}
+}
+
+// runAs sends c as id, with a fresh token, and notes the outcome.
+func (s *authScript) runAs(id identity, c call) {
+	tok := ""
+	switch {
+	case id.bad:
+		tok = "not-a-token.1"
+	case id.user != "":
+		if tok = s.login(id.user, id.pw); tok == "" {
+			s.note(id.name+": "+c.name, "login failed")
+			return
+		}
+	}
+	s.note(id.name+": "+c.name, c.run(s, as(s.ctx, tok)))
 }
 
 // compareTranscripts fails the test on every line that differs.
