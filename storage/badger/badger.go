@@ -47,17 +47,20 @@ type sizes struct {
 // value threshold (a batch may take 15 % of a memtable).
 const minMemTable = 8 << 20
 
-// sizesFor divides a budget: three memtables and the two copies of one
-// that its flush builds take 5/16, the block cache 2/16, the index cache
-// 1/16. 0 means the defaults.
+// sizesFor divides a budget. A memtable's flush builds its level-0 table
+// in about eight times the memtable (the blocks raw and compressed, each
+// with slack, in buffers that double), and badger pools up to eight such
+// builders, so memtables take 1/64 of the budget: three of them and a
+// flush about a sixth. The block cache takes 1/8. The index cache stays
+// empty: badger reads unencrypted tables' indexes through their mapping
+// (tableTrimmer bounds those pages). 0 means the defaults.
 func sizesFor(budget int64) sizes {
 	if budget <= 0 {
 		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20}
 	}
 	return sizes{
-		memTable:   min(max(budget/16, minMemTable), 64<<20),
+		memTable:   min(max(budget/64, minMemTable), 64<<20),
 		blockCache: max(budget/8, 1<<20),
-		indexCache: max(budget/16, 1<<20),
 	}
 }
 
@@ -89,6 +92,10 @@ type Engine struct {
 	probeEvery   time.Duration
 	closeTimeout time.Duration
 	watched      chan struct{}
+	// trimmer keeps the tables' mapped pages within the memory budget
+	// (nil without one); trimmed is closed once its loop is done.
+	trimmer *tableTrimmer
+	trimmed chan struct{}
 	// memTable is badger's memtable size (the defrag estimate uses it).
 	memTable int64
 
@@ -200,14 +207,44 @@ func Open(dir string, opts Options) (*Engine, error) {
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
 		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
 		advisor:    newLogAdvisor(dir), log: logger,
-		closing: make(chan struct{}), dir: dir, guard: guard, watched: make(chan struct{}), memTable: sz.memTable,
+		closing: make(chan struct{}), dir: dir, guard: guard, watched: make(chan struct{}), trimmed: make(chan struct{}), memTable: sz.memTable,
 		probeEvery:   cmp.Or(max(opts.ProbeEvery, 0), DefaultProbeEvery),
 		closeTimeout: cmp.Or(max(opts.CloseTimeout, 0), DefaultCloseTimeout),
+	}
+	if opts.MemoryBudget > 0 {
+		e.trimmer = newTableTrimmer(dir, opts.MemoryBudget)
 	}
 	e.advise()
 	go e.commitLoop()
 	go e.watch()
+	go e.trimLoop()
 	return e, nil
+}
+
+// trimEvery is how often the trimmer looks at the resident set: the
+// kernel tells nobody when a process's mapped pages grow, and a look
+// costs one read of /proc/self/status.
+const trimEvery = time.Second
+
+// trimLoop trims the tables' mapped pages every trimEvery until Close.
+func (e *Engine) trimLoop() {
+	defer close(e.trimmed)
+	if e.trimmer == nil {
+		return
+	}
+	t := time.NewTicker(trimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if _, err := e.trimmer.trim(); err != nil {
+				// Only memory is at stake: the next look tries again.
+				e.log.Warn("paging out badger's tables failed; the resident set may exceed the memory budget", "err", err)
+			}
+		}
+	}
 }
 
 // commitLoop commits queued transactions in groups until Close.
@@ -441,6 +478,7 @@ func (e *Engine) close() error {
 	close(e.stop)
 	<-e.done
 	<-e.watched
+	<-e.trimmed
 	e.guard.close()
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
