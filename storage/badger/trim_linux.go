@@ -2,6 +2,7 @@ package badger
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,8 +45,9 @@ func newTableTrimmer(dir string, budget int64) *tableTrimmer {
 // hot pages (indexes, bloom filters) every time it looks.
 const tablesShare = 8
 
-// trim pages out the tables if their mapped pages exceed their share;
-// it reports the bytes of table mappings advised (0: under the share).
+// trim pages out the tables' blocks if their mapped pages exceed their
+// share; it reports the bytes of table mappings advised (0: under the
+// share). Indexes stay: every lookup reads them, as does a restart.
 func (t *tableTrimmer) trim() (int64, error) {
 	anon, file, err := rssParts()
 	if err != nil {
@@ -66,17 +68,61 @@ func (t *tableTrimmer) trim() (int64, error) {
 		if !ok || filepath.Ext(path) != ".sst" || filepath.Dir(path) != t.dir {
 			continue
 		}
+		blocks := blocksLen(path)
+		if blocks <= 0 {
+			continue // gone meanwhile, or too small to bother
+		}
+		length := min(uintptr(blocks)&^uintptr(os.Getpagesize()-1), uintptr(end-start))
 		// EINVAL/ENOMEM: badger unmapped the table since maps was read.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_PAGEOUT); errno != 0 &&
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), length, unix.MADV_PAGEOUT); errno != 0 &&
 			errno != unix.EINVAL && errno != unix.ENOMEM {
 			return n, fmt.Errorf("badger: trim %s: %w", path, errno)
 		}
-		n += int64(end - start)
+		n += int64(length)
 	}
 	if err := sc.Err(); err != nil {
 		return n, fmt.Errorf("badger: trim tables: %w", err)
 	}
 	return n, nil
+}
+
+// tailKept is what trim leaves resident of a table before its index:
+// its last block, which opening the table reads (its largest key).
+const tailKept = 64 << 10
+
+// blocksLen is the length of the table file's leading part that trim
+// pages out: all but its index (block offsets and bloom filter, read by
+// every lookup and by a restart's opening of the table), its footer and
+// tailKept; 0 if the file cannot be read. A table ends with its index,
+// the index's length (4 bytes), a checksum and the checksum's length (4
+// bytes); read from the file, not the mapping, which badger may unmap.
+func blocksLen(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	size := fi.Size()
+	var b [4]byte
+	if size < 8 {
+		return 0
+	}
+	if _, err := f.ReadAt(b[:], size-4); err != nil {
+		return 0
+	}
+	sumLen := int64(binary.BigEndian.Uint32(b[:]))
+	if size-8-sumLen < 0 {
+		return 0
+	}
+	if _, err := f.ReadAt(b[:], size-8-sumLen); err != nil {
+		return 0
+	}
+	indexLen := int64(binary.BigEndian.Uint32(b[:]))
+	return max(size-8-sumLen-indexLen-tailKept, 0)
 }
 
 // rssParts reads the process's anonymous and file-backed resident bytes.
