@@ -25,10 +25,10 @@ type Options struct {
 	// PruneEvery is how many commit groups pass between prunes of the
 	// conflict state (default 256). Tests set 1 to prune after every group.
 	PruneEvery int
-	// MemoryBudget sizes badger's memory (memtables, the tables a flush
-	// builds, caches) to about half of it, leaving the rest to the
-	// server and the GC's headroom. 0 keeps the defaults below (64 MiB
-	// memtables, about 500 MiB under a steady write load).
+	// MemoryBudget sizes badger's memtables and block cache from it
+	// (sizesFor) and bounds the tables' pages the process keeps mapped
+	// (tableTrimmer). 0 keeps the defaults below (64 MiB memtables,
+	// about 500 MiB under a steady write load) and maps tables freely.
 	MemoryBudget int64
 	// ProbeEvery is how often the engine checks, while idle, that its data
 	// directory still takes writes (default DefaultProbeEvery). Commits
