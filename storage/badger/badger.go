@@ -228,20 +228,32 @@ const trimEvery = time.Second
 
 // trimLoop trims the tables' mapped pages every trimEvery until Close.
 func (e *Engine) trimLoop() {
-	defer close(e.trimmed)
 	if e.trimmer == nil {
+		close(e.trimmed)
 		return
 	}
-	t := time.NewTicker(trimEvery)
+	e.every(trimEvery, e.trimmed, func() bool {
+		if _, err := e.trimmer.trim(); err != nil {
+			// Only memory is at stake: the next look tries again.
+			e.log.Warn("paging out badger's tables failed; the resident set may exceed the memory budget", "err", err)
+		}
+		return true
+	})
+}
+
+// every runs fn every d until Close or until fn returns false, then
+// closes done.
+func (e *Engine) every(d time.Duration, done chan struct{}, fn func() bool) {
+	defer close(done)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
-			if _, err := e.trimmer.trim(); err != nil {
-				// Only memory is at stake: the next look tries again.
-				e.log.Warn("paging out badger's tables failed; the resident set may exceed the memory budget", "err", err)
+			if !fn() {
+				return
 			}
 		}
 	}
