@@ -41,7 +41,16 @@ type Options struct {
 // sizes are badger's memory settings.
 type sizes struct {
 	memTable, blockCache, indexCache int64
+	// l0Stall is how many level-0 tables make flushes, then writes, wait.
+	l0Stall int
 }
+
+// Level-0 tables at which writes wait: badger's default, and the fewest
+// that leave a flush room while compaction moves level 0 down.
+const (
+	maxL0Stall = 15
+	minL0Stall = 4
+)
 
 // minMemTable is the smallest memtable badger accepts with its 1 MiB
 // value threshold (a batch may take 15 % of a memtable).
@@ -53,14 +62,21 @@ const minMemTable = 8 << 20
 // builders, so memtables take 1/64 of the budget: three of them and a
 // flush about a sixth. The block cache takes 1/8. The index cache stays
 // empty: badger reads unencrypted tables' indexes through their mapping
-// (tableTrimmer bounds those pages). 0 means the defaults.
+// (tableTrimmer bounds those pages). Level 0 holds at most 1/16 of the
+// budget (at least minL0Stall tables): while compaction moves level 0
+// down, badger merges four or more of its tables into one, a table of
+// all of them built in eight times its size (tables of 150 MB, builders
+// of 2 GiB at 6 million keys under a 2 GiB budget, with badger's 15).
+// 0 means the defaults.
 func sizesFor(budget int64) sizes {
 	if budget <= 0 {
-		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20}
+		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20, l0Stall: maxL0Stall}
 	}
+	mt := min(max(budget/64, minMemTable), 64<<20)
 	return sizes{
-		memTable:   min(max(budget/64, minMemTable), 64<<20),
+		memTable:   mt,
 		blockCache: max(budget/8, 1<<20),
+		l0Stall:    int(min(max(budget/16/mt, minL0Stall), maxL0Stall)),
 	}
 }
 
@@ -187,6 +203,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		WithMemTableSize(sz.memTable).
 		WithNumMemtables(3).
 		WithNumCompactors(2).
+		WithNumLevelZeroTables(min(5, sz.l0Stall-1)).
+		WithNumLevelZeroTablesStall(sz.l0Stall).
 		WithBaseTableSize(1 << 20). // compaction builds tables in memory
 		WithBlockCacheSize(sz.blockCache).
 		WithIndexCacheSize(sz.indexCache).
