@@ -250,9 +250,12 @@ func (e *Engine) trimLoop() {
 		close(e.trimmed)
 		return
 	}
+	warned := false
 	e.every(trimEvery, e.trimmed, func() bool {
-		if _, err := e.trimmer.trim(); err != nil {
-			// Only memory is at stake: the next look tries again.
+		// Only memory is at stake: the next look tries again. Said once,
+		// as a lasting failure would say it every second.
+		if _, err := e.trimmer.trim(); err != nil && !warned {
+			warned = true
 			e.log.Warn("paging out badger's tables failed; the resident set may exceed the memory budget", "err", err)
 		}
 		return true
