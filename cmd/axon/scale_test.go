@@ -154,7 +154,9 @@ func TestScaleChurnQuickIsSane(t *testing.T) {
 
 // TestScaleKeysQuickIsSane runs the many-keys scenario scaled down: a step
 // per key count with every figure measured, all keys stored (the quick
-// counts are far below etcd's quota), and disk per key at least the value.
+// counts are far below etcd's quota), the anon part of the peak within
+// it, a bounded wait for the server to settle, and disk per key at least
+// the value.
 func TestScaleKeysQuickIsSane(t *testing.T) {
 	rep, table := runScaleQuick(t, bench.ScaleKeys, false)
 	q := bench.QuickScale()
@@ -169,6 +171,12 @@ func TestScaleKeysQuickIsSane(t *testing.T) {
 			}
 			if st.LoadRate <= 0 || st.GetP99Ms <= 0 || st.ListP99Ms <= 0 || st.CompactMs <= 0 || st.RestartMs <= 0 || st.PeakRSSBytes <= 0 {
 				t.Errorf("%s step %d: a figure is missing: %+v", sys, i, st)
+			}
+			if st.PeakAnonBytes <= 0 || st.PeakAnonBytes > st.PeakRSSBytes {
+				t.Errorf("%s step %d: peak anon RSS %d, want within (0, peak RSS %d]", sys, i, st.PeakAnonBytes, st.PeakRSSBytes)
+			}
+			if st.SettleSeconds <= 0 || st.SettleSeconds > 200 {
+				t.Errorf("%s step %d: settled after %.1fs, want a wait bounded by the settling's limit", sys, i, st.SettleSeconds)
 			}
 			if st.DiskBytesPerKey < float64(q.ListObjectSize) {
 				t.Errorf("%s step %d: %v disk bytes per key of %d B values", sys, i, st.DiskBytesPerKey, q.ListObjectSize)

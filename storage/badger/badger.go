@@ -25,10 +25,10 @@ type Options struct {
 	// PruneEvery is how many commit groups pass between prunes of the
 	// conflict state (default 256). Tests set 1 to prune after every group.
 	PruneEvery int
-	// MemoryBudget sizes badger's memory (memtables, the tables a flush
-	// builds, caches) to about half of it, leaving the rest to the
-	// server and the GC's headroom. 0 keeps the defaults below (64 MiB
-	// memtables, about 500 MiB under a steady write load).
+	// MemoryBudget sizes badger's memtables and block cache from it
+	// (sizesFor) and bounds the tables' pages the process keeps mapped
+	// (tableTrimmer). 0 keeps the defaults below (64 MiB memtables,
+	// about 500 MiB under a steady write load) and maps tables freely.
 	MemoryBudget int64
 	// ProbeEvery is how often the engine checks, while idle, that its data
 	// directory still takes writes (default DefaultProbeEvery). Commits
@@ -41,23 +41,42 @@ type Options struct {
 // sizes are badger's memory settings.
 type sizes struct {
 	memTable, blockCache, indexCache int64
+	// l0Stall is how many level-0 tables make flushes, then writes, wait.
+	l0Stall int
 }
+
+// Level-0 tables at which writes wait: badger's default, and the fewest
+// that leave a flush room while compaction moves level 0 down.
+const (
+	maxL0Stall = 15
+	minL0Stall = 4
+)
 
 // minMemTable is the smallest memtable badger accepts with its 1 MiB
 // value threshold (a batch may take 15 % of a memtable).
 const minMemTable = 8 << 20
 
-// sizesFor divides a budget: three memtables and the two copies of one
-// that its flush builds take 5/16, the block cache 2/16, the index cache
-// 1/16. 0 means the defaults.
+// sizesFor divides a budget. A memtable's flush builds its level-0 table
+// in about eight times the memtable (the blocks raw and compressed, each
+// with slack, in buffers that double), and badger pools up to eight such
+// builders, so memtables take 1/64 of the budget: three of them and a
+// flush about a sixth. The block cache takes 1/8. The index cache stays
+// empty: badger reads unencrypted tables' indexes through their mapping
+// (tableTrimmer bounds those pages). Level 0 holds at most 1/16 of the
+// budget (at least minL0Stall tables): while compaction moves level 0
+// down, badger merges four or more of its tables into one, a table of
+// all of them built in eight times its size (tables of 150 MB, builders
+// of 2 GiB at 6 million keys under a 2 GiB budget, with badger's 15).
+// 0 means the defaults.
 func sizesFor(budget int64) sizes {
 	if budget <= 0 {
-		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20}
+		return sizes{memTable: 64 << 20, blockCache: 32 << 20, indexCache: 16 << 20, l0Stall: maxL0Stall}
 	}
+	mt := min(max(budget/64, minMemTable), 64<<20)
 	return sizes{
-		memTable:   min(max(budget/16, minMemTable), 64<<20),
+		memTable:   mt,
 		blockCache: max(budget/8, 1<<20),
-		indexCache: max(budget/16, 1<<20),
+		l0Stall:    int(min(max(budget/16/mt, minL0Stall), maxL0Stall)),
 	}
 }
 
@@ -89,6 +108,10 @@ type Engine struct {
 	probeEvery   time.Duration
 	closeTimeout time.Duration
 	watched      chan struct{}
+	// trimmer keeps the tables' mapped pages within the memory budget
+	// (nil without one); trimmed is closed once its loop is done.
+	trimmer *tableTrimmer
+	trimmed chan struct{}
 	// memTable is badger's memtable size (the defrag estimate uses it).
 	memTable int64
 	// defragging lets one Defrag run at a time.
@@ -185,6 +208,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		WithMemTableSize(sz.memTable).
 		WithNumMemtables(3).
 		WithNumCompactors(2).
+		WithNumLevelZeroTables(min(5, sz.l0Stall-1)).
+		WithNumLevelZeroTablesStall(sz.l0Stall).
 		WithBaseTableSize(1 << 20). // compaction builds tables in memory
 		WithBlockCacheSize(sz.blockCache).
 		WithIndexCacheSize(sz.indexCache).
@@ -205,14 +230,59 @@ func Open(dir string, opts Options) (*Engine, error) {
 		ts: db.MaxVersion(), active: map[uint64]int{}, written: map[string]uint64{},
 		pruneEvery: cmp.Or(max(opts.PruneEvery, 0), 256),
 		advisor:    newLogAdvisor(dir), log: logger,
-		closing: make(chan struct{}), dir: dir, guard: guard, watched: make(chan struct{}), memTable: sz.memTable,
+		closing: make(chan struct{}), dir: dir, guard: guard, watched: make(chan struct{}), trimmed: make(chan struct{}), memTable: sz.memTable,
 		probeEvery:   cmp.Or(max(opts.ProbeEvery, 0), DefaultProbeEvery),
 		closeTimeout: cmp.Or(max(opts.CloseTimeout, 0), DefaultCloseTimeout),
+	}
+	if opts.MemoryBudget > 0 {
+		e.trimmer = newTableTrimmer(dir, opts.MemoryBudget)
 	}
 	e.advise()
 	go e.commitLoop()
 	go e.watch()
+	go e.trimLoop()
 	return e, nil
+}
+
+// trimEvery is how often the trimmer looks at the resident set: the
+// kernel tells nobody when a process's mapped pages grow, and a look
+// costs one read of /proc/self/status.
+const trimEvery = time.Second
+
+// trimLoop trims the tables' mapped pages every trimEvery until Close.
+func (e *Engine) trimLoop() {
+	if e.trimmer == nil {
+		close(e.trimmed)
+		return
+	}
+	warned := false
+	e.every(trimEvery, e.trimmed, func() bool {
+		// Only memory is at stake: the next look tries again. Said once,
+		// as a lasting failure would say it every second.
+		if _, err := e.trimmer.trim(); err != nil && !warned {
+			warned = true
+			e.log.Warn("paging out badger's tables failed; the resident set may exceed the memory budget", "err", err)
+		}
+		return true
+	})
+}
+
+// every runs fn every d until Close or until fn returns false, then
+// closes done.
+func (e *Engine) every(d time.Duration, done chan struct{}, fn func() bool) {
+	defer close(done)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if !fn() {
+				return
+			}
+		}
+	}
 }
 
 // commitLoop commits queued transactions in groups until Close.
@@ -449,6 +519,7 @@ func (e *Engine) close() error {
 	close(e.stop)
 	<-e.done
 	<-e.watched
+	<-e.trimmed
 	e.guard.close()
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)

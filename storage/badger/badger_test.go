@@ -444,3 +444,28 @@ func read(e storage.Engine, key []byte) ([]byte, error) {
 	defer tx.Rollback()
 	return tx.Get(key)
 }
+
+// TestSizesForKeepBadgerWithinTheBudget: from a budget, three memtables
+// and a flush's builder (eight memtables), the block cache and a full
+// level 0 fit in the budget, level 0 leaves room for a flush, and no
+// budget keeps badger's defaults.
+func TestSizesForKeepBadgerWithinTheBudget(t *testing.T) {
+	if got := sizesFor(0); got.memTable != 64<<20 || got.l0Stall != maxL0Stall {
+		t.Errorf("no budget: %+v, want 64 MiB memtables and badger's stall of %d", got, maxL0Stall)
+	}
+	for _, budget := range []int64{1 << 30, 2 << 30, 12 << 30, 64 << 30} {
+		sz := sizesFor(budget)
+		if held := (3+8)*sz.memTable + sz.blockCache; held > budget/2 {
+			t.Errorf("budget %d MiB: memtables, a flush and the block cache hold %d MiB, over half", budget>>20, held>>20)
+		}
+		if l0 := int64(sz.l0Stall) * sz.memTable; l0 > budget/16 {
+			t.Errorf("budget %d MiB: level 0 may hold %d MiB, over 1/16", budget>>20, l0>>20)
+		}
+		if sz.l0Stall < minL0Stall || sz.l0Stall > maxL0Stall {
+			t.Errorf("budget %d MiB: level-0 stall at %d tables, want %d to %d", budget>>20, sz.l0Stall, minL0Stall, maxL0Stall)
+		}
+	}
+	if sz := sizesFor(1); sz.memTable != minMemTable || sz.l0Stall != minL0Stall {
+		t.Errorf("a tiny budget: %+v, want the smallest memtable and level 0", sz)
+	}
+}

@@ -97,17 +97,7 @@ func writeProbe(path string) error {
 // watch probes the directory every e.probeEvery until Close, so that an
 // idle engine notices a failure too (and /health reports it).
 func (e *Engine) watch() {
-	defer close(e.watched)
-	t := time.NewTicker(e.probeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			if e.probe() != nil {
-				return // failed for good
-			}
-		}
-	}
+	e.every(e.probeEvery, e.watched, func() bool {
+		return e.probe() == nil // else failed for good
+	})
 }

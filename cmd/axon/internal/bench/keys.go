@@ -22,11 +22,18 @@ type KeysStep struct {
 	GetP99Ms    float64 `json:"get_p99_ms"`
 	ListP50Ms   float64 `json:"list_p50_ms"` // one namespace, paginated
 	ListP99Ms   float64 `json:"list_p99_ms"`
-	CompactMs   float64 `json:"compact_ms"` // physical: the sweep included
-	RestartMs   float64 `json:"restart_ms"`
+	// SettleSeconds is how long the server took, after the load, to go
+	// idle (its background work, Badger's level compactions, done) before
+	// the reads were timed; at most settleMax.
+	SettleSeconds float64 `json:"settle_seconds"`
+	CompactMs     float64 `json:"compact_ms"` // physical: the sweep included
+	RestartMs     float64 `json:"restart_ms"`
 	// PeakRSSBytes is VmHWM from the step's start (the last restart) to
 	// its restart; RSSAfterRestartBytes the resident set once serving.
-	PeakRSSBytes         int64   `json:"peak_rss_bytes"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// PeakAnonBytes is the highest RssAnon sampled over the same time: the
+	// server's own memory, without the pages of the files it maps.
+	PeakAnonBytes        int64   `json:"peak_anon_bytes"`
 	RSSAfterRestartBytes int64   `json:"rss_after_restart_bytes"`
 	DiskBytes            int64   `json:"disk_bytes"`
 	DiskBytesPerKey      float64 `json:"disk_bytes_per_key"`
@@ -94,6 +101,8 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		return nil, err
 	}
 	defer func() { closeAll(clis) }()
+	mem := sampleMemory(s.pid(), 100*time.Millisecond)
+	defer mem.finish()
 	r.log.Info("loading", "from", from, "to", n)
 	t0 := time.Now()
 	_, lerr := r.load(ctx, clis, n-from, o.ListObjectSize, func(i int) string { return key(from + i) })
@@ -113,6 +122,11 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		st.Stored = n
 	}
 	st.LoadRate = div(float64(st.Stored-from), st.LoadSeconds)
+	settled, err := settle(ctx, s.pid())
+	if err != nil {
+		return nil, err
+	}
+	st.SettleSeconds = settled.Seconds()
 	gets, err := r.timed(ctx, s, clis, len(clis), o.KeysGets, r.o.MaxTime, r.o.OpTimeout, func(ctx context.Context, cli *clientv3.Client, wk *worker, _ int) (bool, error) {
 		g, err := cli.Get(ctx, key(wk.rng.IntN(st.Stored)))
 		if err == nil && len(g.Kvs) != 1 {
@@ -152,6 +166,8 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 	if st.PeakRSSBytes, err = procPeakRSS(s.pid()); err != nil {
 		return nil, err
 	}
+	mem.finish()
+	st.PeakAnonBytes = mem.anonPeak()
 	closeAll(clis)
 	clis = nil
 	if err := s.stop(); err != nil {
@@ -166,6 +182,43 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		return nil, err
 	}
 	r.log.Info("keys step", "keys", st.Stored, "load-rate", round(st.LoadRate), "get-p99", fmtMs(st.GetP99Ms), "list-p99", fmtMs(st.ListP99Ms),
-		"compact", fmtMs(st.CompactMs), "restart", fmtMs(st.RestartMs), "peak-rss", fmtBytes(st.PeakRSSBytes), "disk/key", round(st.DiskBytesPerKey))
+		"compact", fmtMs(st.CompactMs), "restart", fmtMs(st.RestartMs), "settle", fmtMs(st.SettleSeconds*1000), "peak-rss", fmtBytes(st.PeakRSSBytes), "peak-anon", fmtBytes(st.PeakAnonBytes), "disk/key", round(st.DiskBytesPerKey))
 	return st, nil
+}
+
+// Settling: the server counts as idle once it used under settleIdle of a
+// core over settleWindow; settle gives up after settleMax.
+const (
+	settleWindow = 2 * time.Second
+	settleIdle   = 0.1
+	settleMax    = 3 * time.Minute
+)
+
+// settle waits until process pid goes idle, so that reads are timed
+// without the background work a load leaves (Badger compacts the levels
+// it filled for minutes after it); it returns how long that took.
+func settle(ctx context.Context, pid int) (time.Duration, error) {
+	t0 := time.Now()
+	last, err := procCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	t := time.NewTicker(settleWindow)
+	defer t.Stop()
+	for time.Since(t0) < settleMax {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+		cpu, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		if cpu-last < settleIdle*settleWindow.Seconds() {
+			break
+		}
+		last = cpu
+	}
+	return time.Since(t0), nil
 }

@@ -218,11 +218,13 @@ func keysMetrics(res map[string]*KeysResult, counts []int) []metric {
 				return fmt.Sprint(r.Steps[i].Stored)
 			})},
 			{name: at("load keys/s"), val: step(func(s KeysStep) float64 { return s.LoadRate }), show: fmtRate},
+			{name: at("settled after load"), val: step(func(s KeysStep) float64 { return s.SettleSeconds * 1000 }), show: fmtMs},
 			{name: at("get p99"), val: step(func(s KeysStep) float64 { return s.GetP99Ms }), show: fmtMs},
 			{name: at("namespace list p99"), val: step(func(s KeysStep) float64 { return s.ListP99Ms }), show: fmtMs},
 			{name: at("compaction (physical)"), val: step(func(s KeysStep) float64 { return s.CompactMs }), show: fmtMs},
 			{name: at("restart"), val: step(func(s KeysStep) float64 { return s.RestartMs }), show: fmtMs},
 			{name: at("peak RSS"), val: step(func(s KeysStep) float64 { return float64(s.PeakRSSBytes) }), show: showBytes},
+			{name: at("peak anon RSS"), val: step(func(s KeysStep) float64 { return float64(s.PeakAnonBytes) }), show: showBytes},
 			{name: at("RSS after restart"), val: step(func(s KeysStep) float64 { return float64(s.RSSAfterRestartBytes) }), show: showBytes},
 			{name: at("disk bytes/key"), val: step(func(s KeysStep) float64 { return s.DiskBytesPerKey }), show: fmtCount},
 			{name: at("errors"), text: text(res, func(r *KeysResult) string {

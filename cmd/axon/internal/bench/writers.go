@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -89,6 +90,9 @@ func fmtCodes(n map[string]int64) string {
 // lives: the kernel's figures are gone with a process it OOM-kills.
 type memSampler struct {
 	peak atomic.Int64
+	// anon is the highest RssAnon sampled: the process's own memory,
+	// without the file pages it maps (page cache the kernel may reclaim).
+	anon atomic.Int64
 	cpu  atomic.Uint64 // float64 bits of the last CPU seconds read
 	stop chan struct{}
 	done chan struct{}
@@ -97,8 +101,13 @@ type memSampler struct {
 func sampleMemory(pid int, every time.Duration) *memSampler {
 	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	read := func() {
-		if v, err := procPeakRSS(pid); err == nil {
-			m.peak.Store(max(m.peak.Load(), v))
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+			if v, err := parseStatus(string(b), "VmHWM"); err == nil {
+				m.peak.Store(max(m.peak.Load(), v))
+			}
+			if v, err := parseStatus(string(b), "RssAnon"); err == nil {
+				m.anon.Store(max(m.anon.Load(), v))
+			}
 		}
 		if c, err := procCPU(pid); err == nil {
 			m.cpu.Store(math.Float64bits(c))
@@ -132,6 +141,9 @@ func (m *memSampler) finish() int64 {
 	}
 	return m.peak.Load()
 }
+
+// anonPeak is the highest RssAnon sampled so far.
+func (m *memSampler) anonPeak() int64 { return m.anon.Load() }
 
 // cpuSec is the server's CPU seconds at the last sample.
 func (m *memSampler) cpuSec() float64 { return math.Float64frombits(m.cpu.Load()) }

@@ -1,0 +1,157 @@
+package badger
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// tableTrimmer keeps the pages of badger's memory-mapped tables that the
+// process holds resident within its memory budget.
+//
+// Badger maps every table and reads its index, its bloom filter and its
+// blocks through the mapping, and writes new tables through one; the
+// pages stay in the process's resident set until the kernel needs them,
+// so the resident set grows with the data (all of it after a load or a
+// compaction) whatever the budget. Above its share the trimmer advises
+// the tables' mappings MADV_PAGEOUT: the kernel writes back and reclaims
+// their pages, as it would in a memory cgroup at its limit, and the next
+// read faults them back in from the disk. MADV_DONTNEED would keep them
+// in the page cache, but it zeroes an anonymous mapping that might take
+// the place of a table badger unmapped meanwhile; MADV_PAGEOUT never
+// changes what memory holds.
+type tableTrimmer struct {
+	dir    string
+	budget int64
+}
+
+func newTableTrimmer(dir string, budget int64) *tableTrimmer {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return &tableTrimmer{dir: filepath.Clean(abs), budget: budget}
+}
+
+// tablesShare is the least of the budget the tables' mapped pages may
+// keep: what the process's own memory leaves of the budget, but at least
+// this share, so that a process at its budget does not lose its tables'
+// hot pages (indexes, bloom filters) every time it looks.
+const tablesShare = 8
+
+// trim pages out the tables' blocks if their mapped pages exceed their
+// share; it reports the bytes of table mappings advised (0: under the
+// share). Indexes stay: every lookup reads them, as does a restart.
+func (t *tableTrimmer) trim() (int64, error) {
+	anon, file, err := rssParts()
+	if err != nil {
+		return 0, err
+	}
+	if file <= max(t.budget-anon, t.budget/tablesShare) {
+		return 0, nil
+	}
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("badger: trim tables: %w", err)
+	}
+	defer f.Close()
+	var n int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		start, end, path, ok := parseMapping(sc.Bytes())
+		if !ok || filepath.Ext(path) != ".sst" || filepath.Dir(path) != t.dir {
+			continue
+		}
+		blocks := blocksLen(path)
+		if blocks <= 0 {
+			continue // gone meanwhile, or too small to bother
+		}
+		length := min(uintptr(blocks)&^uintptr(os.Getpagesize()-1), uintptr(end-start))
+		// EINVAL/ENOMEM: badger unmapped the table since maps was read.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), length, unix.MADV_PAGEOUT); errno != 0 &&
+			errno != unix.EINVAL && errno != unix.ENOMEM {
+			return n, fmt.Errorf("badger: trim %s: %w", path, errno)
+		}
+		n += int64(length)
+	}
+	if err := sc.Err(); err != nil {
+		return n, fmt.Errorf("badger: trim tables: %w", err)
+	}
+	return n, nil
+}
+
+// tailKept is what trim leaves resident of a table before its index:
+// its last block (4 KiB before compression), which opening the table
+// reads for its largest key. Small: it is kept for every table (2,084
+// of them at 3 million keys).
+const tailKept = 8 << 10
+
+// blocksLen is the length of the table file's leading part that trim
+// pages out: all but its index (block offsets and bloom filter, read by
+// every lookup and by a restart's opening of the table), its footer and
+// tailKept; 0 if the file cannot be read. A table ends with its index,
+// the index's length (4 bytes), a checksum and the checksum's length (4
+// bytes); read from the file, not the mapping, which badger may unmap.
+func blocksLen(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	size := fi.Size()
+	var b [4]byte
+	if size < 8 {
+		return 0
+	}
+	if _, err := f.ReadAt(b[:], size-4); err != nil {
+		return 0
+	}
+	sumLen := int64(binary.BigEndian.Uint32(b[:]))
+	if size-8-sumLen < 0 {
+		return 0
+	}
+	if _, err := f.ReadAt(b[:], size-8-sumLen); err != nil {
+		return 0
+	}
+	indexLen := int64(binary.BigEndian.Uint32(b[:]))
+	return max(size-8-sumLen-indexLen-tailKept, 0)
+}
+
+// rssParts reads the process's anonymous and file-backed resident bytes.
+func rssParts() (anon, file int64, err error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0, fmt.Errorf("badger: read status: %w", err)
+	}
+	var found int
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "RssAnon" && name != "RssFile") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("badger: status %s: %w", name, err)
+		}
+		if name == "RssAnon" {
+			anon = kb << 10
+		} else {
+			file = kb << 10
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("badger: status lacks RssAnon or RssFile")
+	}
+	return anon, file, nil
+}
