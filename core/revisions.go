@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -62,24 +63,90 @@ func scanRevisions(rd Reader, from, to int64, fn func(rev int64, v []byte) (bool
 	return nil
 }
 
-// lastRevision returns the highest revision with a record, or 0.
+// lastRevision returns the highest revision with a record, or the
+// compact revision if that is higher (0 for an empty store).
+//
+// It searches each shard upward from the compact revision, by forward
+// scans of one record: below it a compaction's sweep leaves deleted
+// records, which an engine's scan steps over one by one, and a reverse
+// scan from a shard's end steps over all of them (Badger's, whose reverse
+// iteration also ignores the bound of a prefix, walked every shard below
+// too: half of a restart at 3M keys). Above it every revision has its
+// record, so the forward scans meet no deleted ones.
 func lastRevision(rd Reader) (int64, error) {
-	var last int64
+	from, err := ReadCompacted(rd)
+	if err != nil {
+		return 0, err
+	}
+	last := from
 	for s := range RevisionShards {
-		var decErr error
-		err := rd.Scan(RevisionShardStart(s), RevisionShardStart(s+1), true, 1, func(k, _ []byte) bool {
-			var rev int64
-			if rev, decErr = DecodeRevisionKey(k); decErr == nil {
-				last = max(last, rev)
-			}
-			return false
-		})
-		if err == nil {
-			err = decErr
-		}
+		rev, ok, err := lastInShard(rd, s, from)
 		if err != nil {
 			return 0, err
 		}
+		if ok {
+			last = max(last, rev)
+		}
 	}
 	return last, nil
+}
+
+// lastInShard returns the highest revision of shard s with a record at or
+// above from: a record at or above a revision exists exactly while the
+// revision is at most that highest one, so a doubling search and then a
+// bisection find it in O(log) scans of one record each.
+func lastInShard(rd Reader, s int, from int64) (int64, bool, error) {
+	lo, ok, err := nextInShard(rd, s, from)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	// lo has a record; none is at or above hi.
+	hi := int64(math.MaxInt64)
+	for step := int64(1); ; step *= 2 {
+		if step > math.MaxInt64-lo {
+			break
+		}
+		next, ok, err := nextInShard(rd, s, lo+step)
+		if err != nil {
+			return 0, false, err
+		}
+		if !ok {
+			hi = lo + step
+			break
+		}
+		lo = next
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		next, ok, err := nextInShard(rd, s, mid)
+		if err != nil {
+			return 0, false, err
+		}
+		if ok {
+			lo = next
+		} else {
+			hi = mid
+		}
+	}
+	return lo, true, nil
+}
+
+// nextInShard returns the lowest revision of shard s with a record at or
+// above rev. The upper bound is inside the shard, so that an engine that
+// steps over deleted records stops at the shard's end.
+func nextInShard(rd Reader, s int, rev int64) (int64, bool, error) {
+	var (
+		found  int64
+		ok     bool
+		decErr error
+	)
+	err := rd.Scan(shardRevisionKey(s, rev), shardRevisionKey(s, math.MaxInt64), false, 1, func(k, _ []byte) bool {
+		found, decErr = DecodeRevisionKey(k)
+		ok = decErr == nil
+		return false
+	})
+	if err == nil {
+		err = decErr
+	}
+	return found, ok, err
 }
