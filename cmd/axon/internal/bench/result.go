@@ -2,7 +2,9 @@ package bench
 
 import (
 	"cmp"
+	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -77,15 +79,34 @@ type Ratio struct {
 	ServerPeakRSS      float64 `json:"server_peak_rss"`
 }
 
-// Report is the outcome of a run.
-type Report struct {
+// RunInfo is what every report says of its run: when, for how long, on
+// what, with which options.
+type RunInfo struct {
 	Started   time.Time `json:"started"`
 	Seconds   float64   `json:"seconds"`
 	CPUs      int       `json:"cpus"`
 	GoVersion string    `json:"go_version"`
 	Options   Options   `json:"options"`
-	Systems   []string  `json:"systems"`
-	Rows      []*Row    `json:"rows"`
+}
+
+// begin starts the report of a run with options o, and returns its
+// logger (o.Log, or one that drops everything).
+func (r *RunInfo) begin(o Options) *slog.Logger {
+	*r = RunInfo{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o}
+	if o.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Log
+}
+
+// end records how long the run took.
+func (r *RunInfo) end() { r.Seconds = time.Since(r.Started).Seconds() }
+
+// Report is the outcome of a run.
+type Report struct {
+	RunInfo
+	Systems []string `json:"systems"`
+	Rows    []*Row   `json:"rows"`
 	// Fsync is the work dir's disk measured before the run: 4 KiB
 	// written and fdatasync'ed, as a WAL commit does.
 	Fsync FsyncLatency `json:"fsync"`

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -26,13 +25,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	rep := &Report{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, Systems: o.Systems}
+	rep := &Report{Systems: o.Systems}
+	log := rep.begin(o)
 	done := func(err error) (*Report, error) {
-		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.end()
 		rep.finish()
 		return rep, err
 	}

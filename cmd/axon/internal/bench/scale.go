@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"time"
 
@@ -139,13 +137,9 @@ func (o *ScaleOptions) validate() error {
 
 // ScaleReport is the outcome of the scale scenarios, per system.
 type ScaleReport struct {
-	Started   time.Time    `json:"started"`
-	Seconds   float64      `json:"seconds"`
-	CPUs      int          `json:"cpus"`
-	GoVersion string       `json:"go_version"`
-	Options   Options      `json:"options"`
-	Systems   []string     `json:"systems"`
-	Fsync     FsyncLatency `json:"fsync"`
+	RunInfo
+	Systems []string     `json:"systems"`
+	Fsync   FsyncLatency `json:"fsync"`
 
 	Lists map[string]*ListsResult `json:"lists,omitempty"`
 	Storm map[string]*StormResult `json:"storm,omitempty"`
@@ -162,14 +156,11 @@ func RunScale(ctx context.Context, o Options) (*ScaleReport, error) {
 	if err := o.Scale.validate(); err != nil {
 		return nil, err
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	rep := &ScaleReport{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, Systems: o.Systems,
+	rep := &ScaleReport{Systems: o.Systems,
 		Lists: map[string]*ListsResult{}, Storm: map[string]*StormResult{}, Churn: map[string]*ChurnResult{}, Keys: map[string]*KeysResult{}}
+	log := rep.begin(o)
 	done := func(err error) (*ScaleReport, error) {
-		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.end()
 		return rep, err
 	}
 	work, cleanup, err := workDir(o, "axon-bench-scale-")

@@ -94,7 +94,7 @@ func TestCompletenessFindsAMissingEvent(t *testing.T) {
 }
 
 func TestScaleTableShowsKillsCodesAndRatios(t *testing.T) {
-	rep := &ScaleReport{Systems: []string{"axon", "etcd"}, Options: Default()}
+	rep := &ScaleReport{RunInfo: RunInfo{Options: Default()}, Systems: []string{"axon", "etcd"}}
 	rep.Lists = map[string]*ListsResult{
 		"axon": {fate: fate{OOMKills: 1, Exited: "signal: killed", PeakRSSBytes: 1 << 30}, ListsWanted: 32, ListsFailed: 16, ListsNotRun: 16,
 			ListErrors: map[string]int64{serverGone: 16}, WriteP99Ms: 800},

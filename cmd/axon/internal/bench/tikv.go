@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,13 +75,9 @@ type TiKVOptions struct {
 
 // TiKVReport is the outcome of RunTiKV.
 type TiKVReport struct {
-	Started   time.Time   `json:"started"`
-	Seconds   float64     `json:"seconds"`
-	CPUs      int         `json:"cpus"`
-	GoVersion string      `json:"go_version"`
-	TiKV      TiKVOptions `json:"tikv"`
-	Options   Options     `json:"options"`
-	Rows      []*TiKVRow  `json:"rows"`
+	RunInfo
+	TiKV TiKVOptions `json:"tikv"`
+	Rows []*TiKVRow  `json:"rows"`
 }
 
 // TiKVRow is one workload at one client count.
@@ -127,13 +121,10 @@ func RunTiKV(ctx context.Context, o Options, t TiKVOptions) (*TiKVReport, error)
 	if t.RPCDelay < 0 || t.Regions < 1 {
 		return nil, fmt.Errorf("tikv rpc delay %v, regions %d: want a delay >= 0 and regions >= 1", t.RPCDelay, t.Regions)
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	rep := &TiKVReport{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), TiKV: t, Options: o}
+	rep := &TiKVReport{TiKV: t}
+	log := rep.begin(o)
 	done := func(err error) (*TiKVReport, error) {
-		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.end()
 		return rep, err
 	}
 	work, cleanup, err := workDir(o, "axon-bench-tikv-")
