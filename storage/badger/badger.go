@@ -112,7 +112,7 @@ type Engine struct {
 	// (nil without one); trimmed is closed once its loop is done.
 	trimmer *tableTrimmer
 	trimmed chan struct{}
-	// memTable is badger's memtable size (the defrag estimate uses it).
+	// memTable is badger's memtable size (Defrag asks whether writes fill one soon).
 	memTable int64
 	// defragging lets one Defrag run at a time.
 	defragging sync.Mutex

@@ -61,11 +61,11 @@ func (e *Engine) Defrag(ctx context.Context) error {
 	// What the memtables hold now must reach the tables for Flatten to
 	// compact it against what it supersedes or deletes.
 	began := time.Now()
-	mems, err := e.memFiles()
+	files, err := e.files()
 	if err != nil {
 		return fmt.Errorf("badger: defrag: %w", err)
 	}
-	flushed, err := e.awaitFlush(ctx, mems)
+	flushed, err := e.awaitFlush(ctx, files.mems)
 	if err != nil {
 		return err
 	}
@@ -104,13 +104,10 @@ func (e *Engine) Defrag(ctx context.Context) error {
 
 // flushWithin bounds how long Defrag waits for the writes to flush the
 // memtables, and the rate it waits on: writes that would not fill a
-// memtable within it (measured over the last flushRateWindow) are too few
+// memtable within it (at the rate of the last rateWindow) are too few
 // (BenchmarkDefragUnderWrites, 64 writers: the longest write 1.4–2.4 s
 // with the blocking flush; without it as long as without a defrag).
-const (
-	flushWithin     = time.Minute
-	flushRateWindow = 2 * time.Second
-)
+const flushWithin = time.Minute
 
 // awaitFlush waits for the memtables whose logs are mems to be flushed
 // by the writes; it reports false, at once or later, once the writes are
@@ -121,14 +118,14 @@ func (e *Engine) awaitFlush(ctx context.Context, mems map[string]bool) (bool, er
 	deadline := time.Now().Add(flushWithin)
 	for {
 		now := time.Now()
-		if now.After(deadline) || e.rate.perSecond(now, flushRateWindow)*flushWithin.Seconds() < float64(e.db.Opts().MemTableSize) {
+		if now.After(deadline) || e.rate.perSecond(now)*flushWithin.Seconds() < float64(e.memTable) {
 			return false, nil
 		}
-		left, err := e.memFiles()
+		left, err := e.files()
 		if err != nil {
 			return false, fmt.Errorf("badger: defrag: %w", err)
 		}
-		if !anyOf(mems, left) {
+		if !anyOf(mems, left.mems) {
 			return true, nil
 		}
 		select {
@@ -137,21 +134,6 @@ func (e *Engine) awaitFlush(ctx context.Context, mems map[string]bool) (bool, er
 			return false, fmt.Errorf("badger: defrag: %w", ctx.Err())
 		}
 	}
-}
-
-// memFiles names the memtables' logs in the data directory.
-func (e *Engine) memFiles() (map[string]bool, error) {
-	entries, err := os.ReadDir(e.dir)
-	if err != nil {
-		return nil, err
-	}
-	mems := map[string]bool{}
-	for _, d := range entries {
-		if filepath.Ext(d.Name()) == ".mem" {
-			mems[d.Name()] = true
-		}
-	}
-	return mems, nil
 }
 
 func anyOf(set, of map[string]bool) bool {
@@ -239,11 +221,14 @@ func (e *Engine) DefragSpace() (need, have int64, err error) {
 }
 
 // storeFiles are the bytes of the store's files by kind: the memtables'
-// logs, the tables, the value log.
-type storeFiles struct{ mem, tables, vlog int64 }
+// logs, the tables, the value log; and the names of the memtables' logs.
+type storeFiles struct {
+	mem, tables, vlog int64
+	mems              map[string]bool
+}
 
 func (e *Engine) files() (storeFiles, error) {
-	var f storeFiles
+	f := storeFiles{mems: map[string]bool{}}
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
 		return f, err
@@ -264,6 +249,7 @@ func (e *Engine) files() (storeFiles, error) {
 		switch ext {
 		case ".mem":
 			f.mem += size
+			f.mems[d.Name()] = true
 		case ".sst":
 			f.tables += size
 		default:

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// rateWindow is how far back writeRate looks.
-const rateWindow = 10 * time.Second
+// rateWindow is how far back writeRate looks: Defrag asks whether the
+// writes still come, so the last two seconds.
+const rateWindow = 2 * time.Second
 
 // writeRate counts the bytes committed over the last rateWindow, in
 // one-second buckets.
@@ -28,9 +29,9 @@ func (r *writeRate) add(now time.Time, n int64) {
 }
 
 // perSecond is the mean bytes per second committed over the whole
-// seconds of window (at most rateWindow) up to now's.
-func (r *writeRate) perSecond(now time.Time, window time.Duration) float64 {
-	secs := min(max(int64(window/time.Second), 1), int64(len(r.buckets)))
+// seconds of the window up to now's.
+func (r *writeRate) perSecond(now time.Time) float64 {
+	secs := int64(len(r.buckets))
 	sec := now.Unix()
 	var sum int64
 	r.mu.Lock()
