@@ -167,6 +167,24 @@ func (a *AuthStore) CheckServed(id AuthIdentity, op *pb.RequestOp) error {
 	return nil
 }
 
+// CheckRange is the whole check of a Range request run as id: read on
+// its keys, then CheckServed.
+func (a *AuthStore) CheckRange(id AuthIdentity, r *pb.RangeRequest) error {
+	if err := a.Check(id, r.Key, r.RangeEnd, false); err != nil {
+		return err
+	}
+	return a.CheckServed(id, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}})
+}
+
+// CheckWrite is the whole check of a Put, DeleteRange or Txn run as id:
+// CheckOp, then CheckServed (a txn of ranges only is served as a read).
+func (a *AuthStore) CheckWrite(id AuthIdentity, op *pb.RequestOp, leaseKeys func(int64) [][]byte) error {
+	if err := a.CheckOp(id, op, leaseKeys); err != nil {
+		return err
+	}
+	return a.CheckServed(id, op)
+}
+
 // rangesOnly is etcd's IsTxnReadonly.
 func rangesOnly(t *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {

@@ -168,6 +168,19 @@ func (d *Driver) Propose(submit func(n *core.Node, id core.RequestID), answer fu
 	})
 }
 
+// LeaseKeys returns the keys attached to a lease, as the leader's node
+// knows them (none on a follower or for an unknown lease): the auth
+// check of a put with a lease needs write on each.
+func (d *Driver) LeaseKeys(lease int64) [][]byte {
+	var keys [][]byte
+	d.Step(nil, func(n *core.Node) {
+		if info, err := n.TimeToLive(lease, d.cfg.Clock.Now()); err == nil {
+			keys = info.Keys
+		}
+	})
+	return keys
+}
+
 // Done feeds back how a work item ended; a failure's error is logged
 // once, here (a conflict, normal under contention, only at debug level).
 func (d *Driver) Done(w *core.Work, r Result) {

@@ -177,17 +177,6 @@ var (
 	admin authCheck = func(st *core.AuthStore, id core.AuthIdentity) error { return st.CheckAdmin(id) }
 )
 
-// leaseKeys returns the keys attached to a lease; on the leader.
-func (s *Server) leaseKeys(lease int64) [][]byte {
-	var keys [][]byte
-	s.step(func(n *core.Node) {
-		if info, err := n.TimeToLive(lease, s.clock()); err == nil {
-			keys = info.Keys
-		}
-	})
-	return keys
-}
-
 // changeAuth applies a change to the auth store on the leader
 // (driver.ChangeAuth): the caller of ctx must be allowed to by the
 // stored store (the root role, once auth is on).

@@ -125,10 +125,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, toGRPC(err)
 	}
 	if err := k.s.authorize(ctx, rd, led, func(st *core.AuthStore, id core.AuthIdentity) error {
-		if err := st.Check(id, r.Key, r.RangeEnd, false); err != nil {
-			return err
-		}
-		return st.CheckServed(id, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}})
+		return st.CheckRange(id, r)
 	}); err != nil {
 		return nil, toGRPC(err)
 	}
@@ -176,10 +173,7 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	out, err := forward(k.s, ctx, func() (T, error) {
 		var zero T
 		if err := k.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
-			if err := st.CheckOp(id, op, k.s.leaseKeys); err != nil {
-				return err
-			}
-			return st.CheckServed(id, op)
+			return st.CheckWrite(id, op, k.s.drv.LeaseKeys)
 		}); err != nil {
 			return zero, err
 		}

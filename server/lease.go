@@ -169,7 +169,7 @@ func (s *Server) leaseCheck(lease int64, write bool) authCheck {
 		if err := someUser(st, id); err != nil {
 			return err
 		}
-		return st.CheckLeaseKeys(id, s.leaseKeys(lease), write)
+		return st.CheckLeaseKeys(id, s.drv.LeaseKeys(lease), write)
 	}
 }
 

@@ -185,24 +185,13 @@ func (n *node) authCheck(c *call, st *core.AuthStore) error {
 	id := identity(c, st)
 	switch c.in.kind {
 	case opRange:
-		return st.Check(id, c.in.rng.Key, c.in.rng.RangeEnd, false)
+		return st.CheckRange(id, c.in.rng)
 	case opWrite:
-		return st.CheckOp(id, c.in.write, n.leaseKeys)
+		return st.CheckWrite(id, c.in.write, n.drv.LeaseKeys)
 	case opCompact:
 		return st.CheckAdmin(id)
 	}
 	return nil
-}
-
-// leaseKeys returns the keys attached to a lease; on the leader.
-func (n *node) leaseKeys(lease int64) [][]byte {
-	var keys [][]byte
-	n.drv.Step(nil, func(nd *core.Node) {
-		if info, err := nd.TimeToLive(lease, n.clock()); err == nil {
-			keys = info.Keys
-		}
-	})
-	return keys
 }
 
 // authorizeLeader checks a call on the leader, as the server's
