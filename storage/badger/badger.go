@@ -235,7 +235,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		closeTimeout: cmp.Or(max(opts.CloseTimeout, 0), DefaultCloseTimeout),
 	}
 	if opts.MemoryBudget > 0 {
-		e.trimmer = newTableTrimmer(dir, opts.MemoryBudget)
+		e.trimmer = newTableTrimmer(db, dir, opts.MemoryBudget)
 	}
 	e.advise()
 	go e.commitLoop()

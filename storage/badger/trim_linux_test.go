@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/axon-kv/axon/storage"
+	"github.com/dgraph-io/badger/v4/table"
+	"golang.org/x/sys/unix"
 )
 
 // tablesResident is the bytes of badger's table mappings in dir that
@@ -68,10 +71,10 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	if before < keys*1024/2 {
 		t.Fatalf("%d B of the tables resident after a scan of %d KiB", before, keys)
 	}
-	if n, err := newTableTrimmer(dir, 1<<50).trim(); err != nil || n != 0 {
+	if n, err := newTableTrimmer(e.db, dir, 1<<50).trim(); err != nil || n != 0 {
 		t.Errorf("a budget the tables fit: %d B paged out, err %v; want none", n, err)
 	}
-	n, err := newTableTrimmer(dir, 1).trim()
+	n, err := newTableTrimmer(e.db, dir, 1).trim()
 	if err != nil || n < before/2 {
 		t.Fatalf("a budget of 1 B: %d B of mappings paged out, err %v; want most of the %d B resident", n, err, before)
 	}
@@ -85,5 +88,139 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	}
 	if got := len(scanAll(t, e, storage.IterOptions{})); got != keys {
 		t.Fatalf("after paging out: scanned %d keys, want %d", got, keys)
+	}
+}
+
+// tablesCached is the bytes of the table files in dir that are in the
+// kernel's page cache, whoever maps them (mincore on a mapping of our
+// own).
+func tablesCached(t *testing.T, dir string) int64 {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cached int64
+	page := os.Getpagesize()
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := f.Stat()
+		if err != nil || fi.Size() == 0 {
+			f.Close()
+			continue
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		vec := make([]byte, (len(m)+page-1)/page)
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatal(errno)
+		}
+		for _, v := range vec {
+			if v&1 != 0 {
+				cached += int64(page)
+			}
+		}
+		if err := unix.Munmap(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cached
+}
+
+// TestTrimmedTablesStayInThePageCache: trimming takes the tables' pages
+// out of the process's resident set, not out of the page cache, so a read
+// after it costs no disk read while the machine has memory to spare.
+func TestTrimmedTablesStayInThePageCache(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	value := make([]byte, 1024)
+	const keys = 4096
+	for i := 0; i < keys; i += 64 {
+		var pairs [][]byte
+		for j := i; j < i+64; j++ {
+			rand.Read(value)
+			pairs = append(pairs, fmt.Appendf(nil, "key-%06d", j), append([]byte(nil), value...))
+		}
+		set(t, e, pairs...)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir)
+	defer e.Close()
+	scanAll(t, e, storage.IterOptions{})
+	before, cached := tablesResident(t, dir), tablesCached(t, dir)
+	if n, err := newTableTrimmer(e.db, dir, 1).trim(); err != nil || n < before/2 {
+		t.Fatalf("a budget of 1 B: %d B advised, err %v; want most of the %d B resident", n, err, before)
+	}
+	after, still := tablesResident(t, dir), tablesCached(t, dir)
+	t.Logf("resident %d → %d B, in the page cache %d → %d B", before, after, cached, still)
+	if after > before/4 {
+		t.Errorf("%d B of the tables still resident, of %d", after, before)
+	}
+	if still < cached*3/4 {
+		t.Errorf("%d B of the tables left in the page cache, of %d: trimming dropped them", still, cached)
+	}
+}
+
+// TestPinnedTablesOutliveTheirReplacement: the trimmer advises a table's
+// mapping only while it holds the table; a table badger drops meanwhile
+// stays mapped, at the address the trimmer read, until it lets go.
+func TestPinnedTablesOutliveTheirReplacement(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	for i := 0; i < 256; i++ {
+		set(t, e, fmt.Appendf(nil, "key-%04d", i), make([]byte, 512))
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir)
+	defer e.Close()
+	tr := newTableTrimmer(e.db, dir, 1)
+	pinned, release := tr.pin()
+	if len(pinned) == 0 || len(pinned) != len(e.db.Tables()) {
+		t.Fatalf("pinned %d tables, badger has %d", len(pinned), len(e.db.Tables()))
+	}
+	mapped := func() map[uint64]bool {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[uint64]bool{}
+		abs, _ := filepath.Abs(dir)
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if _, _, path, ok := parseMapping([]byte(line)); ok && filepath.Dir(path) == abs {
+				if id, ok := table.ParseFileID(path); ok {
+					ids[id] = true
+				}
+			}
+		}
+		return ids
+	}
+	if err := e.db.DropAll(); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.db.Tables()) != 0 {
+		t.Fatalf("%d tables left after DropAll", len(e.db.Tables()))
+	}
+	now := mapped()
+	for id := range pinned {
+		if !now[id] {
+			t.Errorf("table %d unmapped while pinned", id)
+		}
+	}
+	release()
+	now = mapped()
+	for id := range pinned {
+		if now[id] {
+			t.Errorf("table %d still mapped after release", id)
+		}
 	}
 }

@@ -2,10 +2,12 @@
 
 package badger
 
+import bdb "github.com/dgraph-io/badger/v4"
+
 // tableTrimmer does nothing off Linux: it reads the resident set from
-// /proc and advises with Linux's MADV_PAGEOUT.
+// /proc and advises with madvise.
 type tableTrimmer struct{}
 
-func newTableTrimmer(string, int64) *tableTrimmer { return &tableTrimmer{} }
+func newTableTrimmer(*bdb.DB, string, int64) *tableTrimmer { return &tableTrimmer{} }
 
 func (*tableTrimmer) trim() (int64, error) { return 0, nil }
