@@ -108,6 +108,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.StormClients, "storm-clients", sc.StormClients, "storm: clients that connect at once")
 	fl.IntVar(&sc.StormObjects, "storm-objects", sc.StormObjects, "storm: objects in each client's namespace")
 	fl.DurationVar(&sc.StormAfter, "storm-after", sc.StormAfter, "storm: writes after every client is in, for write p99 to recover")
+	fl.BoolVar(&sc.StormUnwatched, "storm-unwatched", false, "storm: the writers create outside the watched namespaces (a control: what write p99 does after the storm when its watchers get no event)")
 	fl.IntVar(&sc.ChurnObjects, "churn-objects", sc.ChurnObjects, "churn: objects churned")
 	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
 	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")

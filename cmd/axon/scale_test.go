@@ -214,6 +214,9 @@ func TestBenchOptionsFromFlags(t *testing.T) {
 		{"the limit is in MiB, 0 for none", []string{"--scale", "churn", "--memory-limit-mib", "0"}, func(o bench.Options) bool {
 			return o.Scale.MemoryLimit == 0 && o.Scale.ChurnTime == bench.DefaultScale().ChurnTime
 		}},
+		{"the storm's control", []string{"--quick", "--scale", "storm", "--storm-unwatched"}, func(o bench.Options) bool {
+			return o.Scale.StormUnwatched && o.Scale.StormClients == q.StormClients
+		}},
 		{"full mode is issue 25's", []string{"--scale", "lists"}, func(o bench.Options) bool {
 			return o.Scale.MemoryLimit == 1<<30 && o.Scale.ListObjects == 100000 && o.Scale.Listers == 16 && o.Scale.Writers == 64
 		}},

@@ -55,6 +55,11 @@ type ScaleOptions struct {
 	// StormAfter is how long writes go on once every client is in (or
 	// the bound passed): the time write p99 has to recover in.
 	StormAfter time.Duration
+	// StormUnwatched makes the storm a control: the writers create
+	// outside the storm's namespaces, so its watchers get no event and
+	// whatever keeps write p99 up after it is the storm's own doing, not
+	// the lasting work of delivering an event per write.
+	StormUnwatched bool
 
 	ChurnObjects int           // objects churned
 	ChurnTime    time.Duration // how long, before the defragmentation

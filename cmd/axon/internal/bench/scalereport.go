@@ -31,8 +31,12 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(rep.Storm) > 0 {
-		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create in the namespaces; %s; bound %v; writes %v before, %v after all are in\n",
-			o.StormClients, o.StormObjects, o.Writers, inCgroup(o.MemoryLimit), o.MaxTime, o.Before, o.StormAfter)
+		where := "in the namespaces"
+		if o.StormUnwatched {
+			where = "outside them (a control: the watchers get no event)"
+		}
+		fmt.Fprintf(w, "\nstorm: %d clients connect at once, each lists its namespace of %d objects and watches it from there, while %d clients create %s; %s; bound %v; writes %v before, %v after all are in\n",
+			o.StormClients, o.StormObjects, o.Writers, where, inCgroup(o.MemoryLimit), o.MaxTime, o.Before, o.StormAfter)
 		if err := rep.table(w, stormMetrics(rep.Storm)); err != nil {
 			return err
 		}

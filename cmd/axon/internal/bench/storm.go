@@ -94,6 +94,9 @@ func (r *runner) storm(ctx context.Context) (*StormResult, error) {
 
 	deadline := time.Now().Add(o.Before + o.MaxTime + o.StormAfter)
 	writes := r.startWrites(ctx, clis, o.Writers, func(g, i int) string {
+		if o.StormUnwatched {
+			return fmt.Sprintf("/bench/storm/unwatched/w%d-%d", g, i)
+		}
 		return fmt.Sprintf("%sw%d-%d", ns((i*o.Writers+g)%o.StormClients), g, i)
 	}, deadline)
 	select {
