@@ -196,6 +196,15 @@ func (s *Server) Metrics() http.Handler {
 // a stream gets a goroutine of its own, as without workers.
 const streamWorkers = 256
 
+// readBufferSize is each connection's gRPC read buffer. gRPC reads into
+// pooled buffers only from a bare TCP connection; Axon's connections come
+// wrapped (the port's protocol sniffing, byte counts, TLS), so each holds
+// its buffer for its whole life: gRPC's 32 KiB took 160 MB of heap with
+// 5,000 watch clients connected, and kept the GC near the memory budget.
+// A read of a small request is no slower from 8 KiB; a large one takes
+// more reads.
+const readBufferSize = 8 << 10
+
 // ServerOptions are the grpc.ServerOptions the server needs — its gRPC
 // metrics, etcd's keepalive policy, room for the largest request (with
 // etcd's 512 KiB of slack) — to pass to grpc.NewServer.
@@ -215,6 +224,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
+		grpc.ReadBufferSize(readBufferSize),
 	}
 	if s.reads != nil {
 		opts = append(opts, grpc.StatsHandler(readStats{s.reads}))

@@ -106,30 +106,17 @@ func (ws *watchStream) forget(id core.WatchID) {
 	delete(ws.s.watches, id)
 }
 
-// notifyProgress sends each progress_notify watch that is synced an
+// notifyProgress sends each progress_notify watch of ws that is synced an
 // empty response at the current revision, as etcd does every
 // --experimental-watch-progress-notify-interval.
-func (w watchServer) notifyProgress(ws *watchStream, done chan struct{}) {
-	every := w.s.cfg.ProgressNotifyInterval
-	if every <= 0 {
-		return
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		w.s.step(func(n *core.Node) {
-			for gid := range ws.notify {
-				if rev, ok := n.Progress(gid); ok {
-					ws.enqueue(&pb.WatchResponse{Header: w.s.header(rev), WatchId: ws.remote[gid]})
-				}
+func (w watchServer) notifyProgress(ws *watchStream) {
+	w.s.step(func(n *core.Node) {
+		for gid := range ws.notify {
+			if rev, ok := n.Progress(gid); ok {
+				ws.enqueue(&pb.WatchResponse{Header: w.s.header(rev), WatchId: ws.remote[gid]})
 			}
-		})
-	}
+		}
+	})
 }
 
 type watchServer struct {
@@ -156,7 +143,6 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- w.send(stream, ws, done) }()
 	go func() { errc <- w.recv(stream, ws, done) }()
-	go w.notifyProgress(ws, done)
 	return <-errc
 }
 
@@ -187,9 +173,21 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 	}
 }
 
+// send sends ws's responses, and its progress notifications when they
+// are due: in one goroutine, as a stream's goroutines are what thousands
+// of idle watch clients cost.
 func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
+	var progress <-chan time.Time
+	if every := w.s.cfg.ProgressNotifyInterval; every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		progress = t.C
+	}
 	for {
 		select {
+		case <-progress:
+			w.notifyProgress(ws)
+			continue
 		case <-ws.out.Ready():
 		case <-done:
 			return nil
