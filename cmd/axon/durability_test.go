@@ -23,6 +23,21 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// Between this return and the server's bind another process's bind
+	// to port 0 could take the port (seen under make test's parallel
+	// packages). A connection closed by its accepting side leaves the
+	// port in TIME_WAIT, which the kernel does not hand out for port 0
+	// for a minute, while a listener (Go sets SO_REUSEADDR) may bind it.
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	c.Close()
 	return l.Addr().String()
 }
 
