@@ -40,16 +40,19 @@ func tablesResident(t *testing.T, dir string) int64 {
 	return total
 }
 
-// TestTablesArePagedOutOverTheBudget: once a scan has brought a table's
-// pages in, a trimmer whose budget they exceed pages out its blocks but
-// not its index, and one whose budget they fit leaves them; the data
-// reads the same afterwards.
-func TestTablesArePagedOutOverTheBudget(t *testing.T) {
+// tableKeys is how many keys of 1 KiB scannedTables writes: 4 MiB of
+// incompressible values.
+const tableKeys = 4096
+
+// scannedTables returns an engine (closed when the test ends) whose data
+// is in tables, not memtables, and whose tables' pages a scan of every
+// key has just brought in; the engine runs no trimmer of its own.
+func scannedTables(t *testing.T) (*Engine, string) {
+	t.Helper()
 	dir := t.TempDir()
 	e := open(t, dir)
 	value := make([]byte, 1024)
-	const keys = 4096 // 4 MiB of incompressible values
-	for i := 0; i < keys; i += 64 {
+	for i := 0; i < tableKeys; i += 64 {
 		var pairs [][]byte
 		for j := i; j < i+64; j++ {
 			rand.Read(value)
@@ -57,19 +60,27 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 		}
 		set(t, e, pairs...)
 	}
-	// Close flushes the memtable into a table; the trimmer is tried by
-	// hand on an engine without a budget, which runs none.
+	// Close flushes the memtable into a table.
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
 	e = open(t, dir)
-	defer e.Close()
-	if got := len(scanAll(t, e, storage.IterOptions{})); got != keys {
-		t.Fatalf("scanned %d keys, want %d", got, keys)
+	t.Cleanup(func() { e.Close() })
+	if got := len(scanAll(t, e, storage.IterOptions{})); got != tableKeys {
+		t.Fatalf("scanned %d keys, want %d", got, tableKeys)
 	}
+	return e, dir
+}
+
+// TestTablesArePagedOutOverTheBudget: once a scan has brought a table's
+// pages in, a trimmer whose budget they exceed pages out its blocks but
+// not its index, and one whose budget they fit leaves them; the data
+// reads the same afterwards.
+func TestTablesArePagedOutOverTheBudget(t *testing.T) {
+	e, dir := scannedTables(t)
 	before := tablesResident(t, dir)
-	if before < keys*1024/2 {
-		t.Fatalf("%d B of the tables resident after a scan of %d KiB", before, keys)
+	if before < tableKeys*1024/2 {
+		t.Fatalf("%d B of the tables resident after a scan of %d KiB", before, tableKeys)
 	}
 	if n, err := newTableTrimmer(e.db, dir, 1<<50).trim(); err != nil || n != 0 {
 		t.Errorf("a budget the tables fit: %d B paged out, err %v; want none", n, err)
@@ -86,8 +97,8 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	if after == 0 {
 		t.Errorf("nothing of the tables resident: their indexes were paged out too")
 	}
-	if got := len(scanAll(t, e, storage.IterOptions{})); got != keys {
-		t.Fatalf("after paging out: scanned %d keys, want %d", got, keys)
+	if got := len(scanAll(t, e, storage.IterOptions{})); got != tableKeys {
+		t.Fatalf("after paging out: scanned %d keys, want %d", got, tableKeys)
 	}
 }
 
@@ -137,24 +148,7 @@ func tablesCached(t *testing.T, dir string) int64 {
 // out of the process's resident set, not out of the page cache, so a read
 // after it costs no disk read while the machine has memory to spare.
 func TestTrimmedTablesStayInThePageCache(t *testing.T) {
-	dir := t.TempDir()
-	e := open(t, dir)
-	value := make([]byte, 1024)
-	const keys = 4096
-	for i := 0; i < keys; i += 64 {
-		var pairs [][]byte
-		for j := i; j < i+64; j++ {
-			rand.Read(value)
-			pairs = append(pairs, fmt.Appendf(nil, "key-%06d", j), append([]byte(nil), value...))
-		}
-		set(t, e, pairs...)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e = open(t, dir)
-	defer e.Close()
-	scanAll(t, e, storage.IterOptions{})
+	e, dir := scannedTables(t)
 	before, cached := tablesResident(t, dir), tablesCached(t, dir)
 	if n, err := newTableTrimmer(e.db, dir, 1).trim(); err != nil || n < before/2 {
 		t.Fatalf("a budget of 1 B: %d B advised, err %v; want most of the %d B resident", n, err, before)
