@@ -39,6 +39,9 @@ type tableTrimmer struct {
 	db     *bdb.DB
 	dir    string
 	budget int64
+	// blocks is blocksLen of each table advised, by id: a table's file
+	// never changes, and reading thousands of footers every second would.
+	blocks map[uint64]int64
 }
 
 func newTableTrimmer(db *bdb.DB, dir string, budget int64) *tableTrimmer {
@@ -46,7 +49,7 @@ func newTableTrimmer(db *bdb.DB, dir string, budget int64) *tableTrimmer {
 	if err != nil {
 		abs = dir
 	}
-	return &tableTrimmer{db: db, dir: filepath.Clean(abs), budget: budget}
+	return &tableTrimmer{db: db, dir: filepath.Clean(abs), budget: budget, blocks: map[uint64]int64{}}
 }
 
 // tablesShare is the least of the budget the tables' mapped pages may
@@ -81,10 +84,16 @@ func (t *tableTrimmer) trim() (int64, error) {
 		if !ok || filepath.Ext(path) != ".sst" || filepath.Dir(path) != t.dir {
 			continue
 		}
-		if id, ok := table.ParseFileID(path); !ok || !pinned[id] {
+		id, ok := table.ParseFileID(path)
+		if !ok || !pinned[id] {
 			continue // being written, or replaced: its mapping may go
 		}
-		blocks := blocksLen(path)
+		blocks, known := t.blocks[id]
+		if !known {
+			if blocks = blocksLen(path); blocks > 0 { // 0: unreadable, or too small: look again
+				t.blocks[id] = blocks
+			}
+		}
 		if blocks <= 0 {
 			continue // gone meanwhile, or too small to bother
 		}
@@ -96,6 +105,11 @@ func (t *tableTrimmer) trim() (int64, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return n, fmt.Errorf("badger: trim tables: %w", err)
+	}
+	for id := range t.blocks {
+		if !pinned[id] {
+			delete(t.blocks, id) // replaced: its id never comes back
+		}
 	}
 	return n, nil
 }
