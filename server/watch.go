@@ -130,24 +130,22 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	}
 	ws := &watchStream{s: w.s, out: driver.NewOutbox[*pb.WatchResponse](w.s.cfg.WatchQueue), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
 		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, stopped: make(chan struct{})}
-	done := make(chan struct{})
-	defer func() {
-		close(done)
-		w.s.step(func(n *core.Node) {
-			for id := range ws.remote {
-				n.CancelWatch(id)
-				delete(w.s.watches, id)
-			}
-		})
-	}()
-	errc := make(chan error, 2)
-	go func() { errc <- w.send(stream, ws, done) }()
-	go func() { errc <- w.recv(stream, ws, done) }()
-	return <-errc
+	defer w.s.step(func(n *core.Node) {
+		for id := range ws.remote {
+			n.CancelWatch(id)
+			delete(w.s.watches, id)
+		}
+	})
+	// The handler's goroutine sends, so that a stream costs two
+	// goroutines, not three. Once the handler returns, gRPC cancels the
+	// stream and the receiver's Recv returns.
+	received := make(chan error, 1)
+	go func() { received <- w.recv(stream, ws) }()
+	return w.send(stream, ws, received)
 }
 
 // recv handles the client's requests on a stream.
-func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
+func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -174,9 +172,9 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *watchStream, done cha
 }
 
 // send sends ws's responses, and its progress notifications when they
-// are due: in one goroutine, as a stream's goroutines are what thousands
-// of idle watch clients cost.
-func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done chan struct{}) error {
+// are due, until the receiver ends (received): in one goroutine, as a
+// stream's goroutines are what thousands of idle watch clients cost.
+func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, received <-chan error) error {
 	var progress <-chan time.Time
 	if every := w.s.cfg.ProgressNotifyInterval; every > 0 {
 		t := time.NewTicker(every)
@@ -189,8 +187,8 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, done cha
 			w.notifyProgress(ws)
 			continue
 		case <-ws.out.Ready():
-		case <-done:
-			return nil
+		case err := <-received:
+			return err
 		case <-ws.stopped:
 			return errStreamMoved
 		case <-stream.Context().Done():

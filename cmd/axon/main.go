@@ -73,6 +73,7 @@ type serveFlags struct {
 	maxInflight, maxPending                      int
 	watchCacheBytes                              int64
 	memoryBudget                                 int64
+	compression                                  string
 	readMemory                                   int64
 	clientTLS, peerTLS                           tlsFlags
 	tlsVersions                                  tlsVersions
@@ -107,7 +108,7 @@ func serveCmd() *cobra.Command {
 	fl.IntVar(&f.maxInflight, "max-inflight-requests", server.DefaultMaxInflight, "most KV and lease requests served at once; past it they are answered 'too many requests' (negative: no bound)")
 	fl.IntVar(&f.maxPending, "max-pending-writes", 10000, "most writes admitted and not yet committed; past it they are answered 'too many requests'")
 	fl.Int64Var(&f.watchCacheBytes, "watch-cache-bytes", 32<<20, "memory for the leader's recent events (values and previous values), which watchers near the head are served from; older events are read from the engine (negative: only the 65,536-event bound)")
-	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables (1/64 of it) and block cache (1/8), drops its tables' blocks from the resident set (not the page cache) when it passes it, bounds the answers of reads in flight to a quarter (at most 512 MiB), and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: GOMEMLIMIT if set, else 3/4 of the memory limit of the process's cgroup, else half the machine's memory; negative: none, Badger's 64 MiB memtables, no bound on reads and Go's default GC)")
+	fl.Int64Var(&f.memoryBudget, "memory-budget-bytes", 0, "memory to stay near: sizes Badger's memtables (1/64 of it) and, for compressed tables, its block cache (1/8), drops its tables' blocks from the resident set (not the page cache) when it passes it, bounds the answers of reads in flight to a quarter (at most 512 MiB), and sets Go's soft memory limit to it unless GOMEMLIMIT is set (0: GOMEMLIMIT if set, else 3/4 of the memory limit of the process's cgroup, else half the machine's memory; negative: none, Badger's 64 MiB memtables, no bound on reads and Go's default GC)")
 	fl.Int64Var(&f.readMemory, "read-memory-bytes", 0, "memory the answers of reads in flight may hold; past it a large list waits before copying more (0: a quarter of the memory budget, at most 512 MiB; negative: no bound)")
 	fl.Int64Var(&f.quota.Bytes, "quota-backend-bytes", 0, "raise the NOSPACE alarm when the data takes more than this on disk (0: 2 GiB, as etcd; negative: no quota)")
 	fl.Int64Var(&f.quota.MinFree, "disk-free-floor-bytes", 0, "raise the NOSPACE alarm when the data directory's filesystem has less free (0: max(192 MiB, 5%); negative: none)")
@@ -134,6 +135,7 @@ func serveCmd() *cobra.Command {
 // (openEngine), shared by serve and snapshot restore.
 func (f *serveFlags) registerEngine(fl *pflag.FlagSet) {
 	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
+	fl.StringVar(&f.compression, "badger-compression", "none", "compression of the Badger tables written from now on: none (as etcd's bbolt; reads use the tables in place), snappy or zstd (smaller on disk where values compress, but reads decompress into the heap and a block cache of 1/8 of the memory budget holds blocks); each table keeps its own")
 	fl.StringVar(&f.store, "store", "badger", "engine: badger (embedded, one instance) or tikv (shared by several instances)")
 	fl.StringSliceVar(&f.pdEndpoints, "pd-endpoints", nil, "PD addresses of the TiKV cluster (host:port,...), with --store tikv")
 	fl.StringVar(&f.pdCA, "pd-cacert", "", "CA file for TLS to PD and TiKV")
@@ -481,7 +483,11 @@ func listenAll(urls []string, cfg *tls.Config) ([]net.Listener, error) {
 func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.Engine, bool, error) {
 	switch f.store {
 	case "badger":
-		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log, MemoryBudget: f.memoryBudget})
+		compression, err := badgerkv.ParseCompression(f.compression)
+		if err != nil {
+			return nil, false, fmt.Errorf("--badger-compression: %w", err)
+		}
+		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log, MemoryBudget: f.memoryBudget, Compression: compression})
 		if err != nil {
 			return nil, false, fmt.Errorf("open %s: %w", f.dataDir, err)
 		}
