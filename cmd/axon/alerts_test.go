@@ -206,7 +206,7 @@ func load(t *testing.T, cli *clientv3.Client, d time.Duration) {
 					if err.Error() == rpctypes.ErrTimeout.Error() {
 						// Either server may answer so when the suite's
 						// parallel packages starve it; the load is
-						// for the metrics, and the timeout is counted too.
+						// for the metrics, which count the timeout too.
 						t.Logf("put: %v", err)
 						continue
 					}
