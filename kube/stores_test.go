@@ -80,7 +80,14 @@ func (a axonBadger) trace() *requestTrace { return a.tr }
 // as `axon serve` does.
 func startAxonBadger(t *testing.T) store {
 	t.Helper()
-	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
+	return startAxonBadgerWith(t, badgerkv.Options{})
+}
+
+// startAxonBadgerWith is startAxonBadger with the engine's options.
+func startAxonBadgerWith(t *testing.T, opts badgerkv.Options) store {
+	t.Helper()
+	dir := t.TempDir()
+	eng, err := badgerkv.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +99,7 @@ func startAxonBadger(t *testing.T) store {
 	u := "http://" + lis.Addr().String()
 	srv, err := server.New(server.Config{
 		ClusterID: 0xa1b2c3d4, Name: "axon-0", ClientURLs: []string{u}, Exclusive: true,
-		Logger: axonLogger(t, "axon-0"),
+		Logger: axonLogger(t, "axon-0"), Quota: server.Quota{Dir: dir}, // as axon serve's
 	}, eng)
 	if err != nil {
 		lis.Close()

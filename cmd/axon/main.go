@@ -135,7 +135,7 @@ func serveCmd() *cobra.Command {
 // (openEngine), shared by serve and snapshot restore.
 func (f *serveFlags) registerEngine(fl *pflag.FlagSet) {
 	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
-	fl.StringVar(&f.compression, "badger-compression", "none", "compression of the Badger tables written from now on: none (as etcd's bbolt; reads use the tables in place), snappy or zstd (smaller on disk where values compress, but reads decompress into the heap and a block cache of 1/8 of the memory budget holds blocks); each table keeps its own")
+	fl.StringVar(&f.compression, "badger-compression", "", "compression of the Badger tables written from now on: none (as etcd's bbolt; reads use the tables in place), snappy or zstd (about half the disk for Kubernetes objects, but reads decompress into the heap and a block cache of 1/8 of the memory budget holds blocks); each table keeps its own. Unset: as the store's newest table, none for a new store")
 	fl.StringVar(&f.store, "store", "badger", "engine: badger (embedded, one instance) or tikv (shared by several instances)")
 	fl.StringSliceVar(&f.pdEndpoints, "pd-endpoints", nil, "PD addresses of the TiKV cluster (host:port,...), with --store tikv")
 	fl.StringVar(&f.pdCA, "pd-cacert", "", "CA file for TLS to PD and TiKV")

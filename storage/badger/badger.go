@@ -13,7 +13,6 @@ import (
 	"time"
 
 	bdb "github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/axon-kv/axon/storage"
 )
@@ -39,31 +38,10 @@ type Options struct {
 	// CloseTimeout bounds Close (default DefaultCloseTimeout).
 	CloseTimeout time.Duration
 	// Compression compresses the blocks of the tables written from now
-	// on (default none; ParseCompression). Each table keeps the kind it
-	// was written with, so a store may be reopened with another.
-	Compression options.CompressionType
-}
-
-// ParseCompression reads the name of a kind of table compression: none,
-// snappy or zstd.
-//
-// Tables are uncompressed by default, as etcd's bbolt is. Compressed, a
-// table's blocks are decompressed into Go's heap at each read that misses
-// the block cache, and the block cache (1/8 of the budget) and the
-// builders' compressed copies live there too; under a small budget that
-// heap is what makes the GC work (the storm in a 1 GiB cgroup: 0.18–0.22
-// million writes in the minute after, 0.22–0.27 million uncompressed).
-// Compression pays where values compress and disk, not memory, is short.
-func ParseCompression(name string) (options.CompressionType, error) {
-	switch name {
-	case "", "none":
-		return options.None, nil
-	case "snappy":
-		return options.Snappy, nil
-	case "zstd":
-		return options.ZSTD, nil
-	}
-	return options.None, fmt.Errorf("table compression %q: want none, snappy or zstd", name)
+	// on (ParseCompression). Each table keeps the kind it was written
+	// with, so a store may be reopened with another. The zero value keeps
+	// the store's own (CompressionAsStored).
+	Compression Compression
 }
 
 // sizes are badger's memory settings.
@@ -107,15 +85,6 @@ func sizesFor(budget int64) sizes {
 		blockCache: max(budget/8, 1<<20),
 		l0Stall:    int(min(max(budget/16/mt, minL0Stall), maxL0Stall)),
 	}
-}
-
-// blockCache is the block cache badger gets: none for uncompressed
-// tables, whose blocks it reads in place through their mapping.
-func blockCache(c options.CompressionType, sz sizes) int64 {
-	if c == options.None {
-		return 0
-	}
-	return sz.blockCache
 }
 
 // Engine is a badger database used as a storage.Engine.
@@ -234,6 +203,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		logger = slog.Default()
 	}
 	sz := sizesFor(opts.MemoryBudget)
+	compression := opts.Compression.resolve(dir, logger)
 	bo := bdb.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithDetectConflicts(false). // the committer detects them
@@ -249,8 +219,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		WithNumLevelZeroTables(min(5, sz.l0Stall-1)).
 		WithNumLevelZeroTablesStall(sz.l0Stall).
 		WithBaseTableSize(1 << 20). // compaction builds tables in memory
-		WithCompression(opts.Compression).
-		WithBlockCacheSize(blockCache(opts.Compression, sz)).
+		WithCompression(compression).
+		WithBlockCacheSize(blockCache(compression, sz)).
 		WithIndexCacheSize(sz.indexCache).
 		WithValueLogFileSize(64 << 20).
 		WithLogger(slogLogger{logger.With("component", "badger")}).
