@@ -14,6 +14,7 @@ import (
 
 	bdb "github.com/dgraph-io/badger/v4"
 
+	"github.com/axon-kv/axon/internal/fsutil"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -904,13 +905,19 @@ func (s slogLogger) Warningf(f string, args ...any) {
 func (slogLogger) Infof(string, ...any)  {}
 func (slogLogger) Debugf(string, ...any) {}
 
-// Size reports the bytes the database takes on disk (LSM tree and value
-// log), for etcd's Status db_size.
+// Size reports the bytes the data directory takes on disk, for etcd's
+// Status db_size and the quota of a server given no directory to count
+// (axon serve counts the same directory itself). Badger's own count is
+// refreshed once a minute: a new store's writes would not show in it.
 func (e *Engine) Size() int64 {
 	if e.acquire("size") != nil {
 		return 0
 	}
 	defer e.release()
-	lsm, vlog := e.db.Size()
-	return lsm + vlog
+	n, err := fsutil.DiskUsage(e.dir)
+	if err != nil {
+		lsm, vlog := e.db.Size()
+		return lsm + vlog
+	}
+	return n
 }

@@ -469,3 +469,24 @@ func TestSizesForKeepBadgerWithinTheBudget(t *testing.T) {
 		t.Errorf("a tiny budget: %+v, want the smallest memtable and level 0", sz)
 	}
 }
+
+// TestSizeShowsWritesAtOnce writes a few MiB to a new store: Size (what
+// Status and a directory-less quota read) counts them at once, though
+// Badger's own count would show them only at its next minutely refresh.
+func TestSizeShowsWritesAtOnce(t *testing.T) {
+	e, err := Open(t.TempDir(), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const n, size = 512, 8 << 10
+	src := rand.NewChaCha8([32]byte{})
+	value := make([]byte, size)
+	for i := range n {
+		_, _ = src.Read(value) // incompressible, though tables are plain
+		set(t, e, fmt.Appendf(nil, "k%04d", i), value)
+	}
+	if got := e.Size(); got < n*size {
+		t.Errorf("Size after writing %d bytes: %d", n*size, got)
+	}
+}
