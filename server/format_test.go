@@ -79,7 +79,7 @@ func openFormatStore(t *testing.T, version int) (*badgerkv.Engine, string, *form
 func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 	for _, version := range []int{1, 2, core.FormatNoAuth} {
 		t.Run(fmt.Sprintf("format %d", version), func(t *testing.T) {
-			eng, _, want := openFormatStore(t, version)
+			eng, dir, want := openFormatStore(t, version)
 			cfg := server.Config{MemberID: 1, ClusterID: 2, Name: "test", Exclusive: true}
 			// Format 3 is format 4 without the auth store: it opens as it
 			// is, and becomes 4 with the first auth change.
@@ -89,7 +89,7 @@ func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 				}
 				cfg.UpgradeData = true
 			}
-			_, cli, _ := serveEngine(t, eng, cfg)
+			_, cli, stop := serveEngine(t, eng, cfg)
 			ctx := ctxT(t)
 			for _, w := range want.Ranges {
 				resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(w.Revision))
@@ -143,6 +143,16 @@ func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 			f := storeFormat(t, eng)
 			if f.Version != core.FormatVersion || f.By != server.BinaryVersion() {
 				t.Fatalf("after the upgrade the store says %+v", f)
+			}
+			// These stores were written Snappy-compressed; the table this
+			// binary flushes at close must be too, or compaction would
+			// grow an upgraded store past its quota.
+			stop()
+			if err := eng.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c, ok, err := badgerkv.StoredCompression(dir); c != badgerkv.CompressionSnappy || !ok || err != nil {
+				t.Errorf("after the upgrade the newest table is %v (%v, %v); want snappy, as the store's were", c, ok, err)
 			}
 		})
 	}

@@ -43,6 +43,9 @@ const (
 
 var compressionNames = []string{"", "none", "snappy", "zstd"}
 
+// badgerTypes is badger's name for each Compression but AsStored.
+var badgerTypes = []options.CompressionType{CompressionNone: options.None, CompressionSnappy: options.Snappy, CompressionZSTD: options.ZSTD}
+
 func (c Compression) String() string {
 	if c == CompressionAsStored {
 		return "as stored"
@@ -62,43 +65,28 @@ func ParseCompression(name string) (Compression, error) {
 	return CompressionAsStored, fmt.Errorf("table compression %q: want none, snappy or zstd", name)
 }
 
-// badgerTypes are badger's names for the compressions other than
-// AsStored, which resolve maps to one of them.
-var badgerTypes = map[Compression]options.CompressionType{
-	CompressionNone: options.None, CompressionSnappy: options.Snappy, CompressionZSTD: options.ZSTD,
-}
-
-// compressionOf is the Compression badger calls t.
-func compressionOf(t options.CompressionType) Compression {
-	for c, bt := range badgerTypes {
-		if bt == t {
-			return c
-		}
-	}
-	return Compression(255)
-}
-
 // resolve is the badger compression to open dir with: c, or for
 // CompressionAsStored the one of the store's newest table (which the
-// last writer wrote, by compaction if not by flush), said in the log if
-// it compresses.
+// last writer wrote, by compaction if not by flush). It logs a store
+// that stays compressed, and one asked to turn compression off.
 func (c Compression) resolve(dir string, log *slog.Logger) options.CompressionType {
+	if c != CompressionAsStored && c != CompressionNone {
+		return badgerTypes[c]
+	}
 	stored, ok, err := StoredCompression(dir)
 	switch {
-	case err != nil && c == CompressionAsStored:
+	case err != nil:
 		// Badger reads the manifest again on open, and says what is wrong.
 		log.Warn("badger: cannot tell the tables' compression; new tables are uncompressed", "err", err)
 		return options.None
-	case err != nil || !ok || stored == CompressionNone:
-	case c == CompressionAsStored:
-		log.Info("badger: new tables are compressed as the store's are (--badger-compression=none writes them plain, which takes more disk)", "compression", stored.String())
+	case !ok || stored == CompressionNone:
+		return options.None
 	case c == CompressionNone:
 		log.Warn("badger: the store's tables are compressed and will be rewritten plain as they compact, taking more disk (about twice, for Kubernetes objects): mind --quota-backend-bytes", "stored", stored.String())
+		return options.None
 	}
-	if c == CompressionAsStored {
-		c = stored
-	}
-	return badgerTypes[c]
+	log.Info("badger: new tables are compressed as the store's are (--badger-compression=none writes them plain, which takes more disk)", "compression", stored.String())
+	return badgerTypes[stored]
 }
 
 // StoredCompression reports the compression of the newest table of the
@@ -117,16 +105,20 @@ func StoredCompression(dir string) (c Compression, ok bool, err error) {
 	if err != nil {
 		return CompressionNone, false, fmt.Errorf("badger: manifest of %s: %w", dir, err)
 	}
-	newest, found := uint64(0), false
-	for id, t := range m.Tables {
-		if !found || id > newest {
-			newest, found, c = id, true, compressionOf(t.Compression)
+	var newest uint64
+	for id := range m.Tables {
+		if !ok || id > newest {
+			newest, ok = id, true
 		}
 	}
-	if !found {
-		c = CompressionNone
+	if !ok {
+		return CompressionNone, false, nil
 	}
-	return c, found, nil
+	bt := m.Tables[newest].Compression
+	if i := slices.Index(badgerTypes[CompressionNone:], bt); i >= 0 {
+		return CompressionNone + Compression(i), true, nil
+	}
+	return CompressionNone, false, fmt.Errorf("badger: manifest of %s: table %d has compression %d, which Axon does not know", dir, newest, bt)
 }
 
 // blockCache is the block cache badger gets: none for uncompressed
