@@ -3,6 +3,7 @@ package conformance
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"log/slog"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,13 +238,10 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startEtcd runs a single-member embedded etcd on 127.0.0.1 with ports
-// from the OS and its data in t.TempDir().
-func startEtcd(t testing.TB, opts backendOptions) *kubernetes.Client {
+// etcdConfig is a single-member embedded etcd's configuration on two
+// free ports, and its client URL.
+func etcdConfig(t testing.TB, opts backendOptions) (*embed.Config, url.URL) {
 	t.Helper()
-	etcdPortMu.Lock()
-	defer etcdPortMu.Unlock()
-
 	cfg := embed.NewConfig()
 	cfg.Name = "conformance"
 	cfg.Dir = t.TempDir()
@@ -265,10 +264,33 @@ func startEtcd(t testing.TB, opts backendOptions) *kubernetes.Client {
 	if opts.authToken != "" {
 		cfg.AuthToken = opts.authToken
 	}
+	return cfg, clientURL
+}
 
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
+// startEtcd runs a single-member embedded etcd on 127.0.0.1 with ports
+// from the OS and its data in t.TempDir().
+func startEtcd(t testing.TB, opts backendOptions) *kubernetes.Client {
+	t.Helper()
+	etcdPortMu.Lock()
+	defer etcdPortMu.Unlock()
+
+	// A port freePort saw free may be taken before etcd binds it (by any
+	// listener or outgoing connection of the process): then try new ones.
+	var (
+		e         *embed.Etcd
+		clientURL url.URL
+		err       error
+	)
+	for attempt := 0; ; attempt++ {
+		var cfg *embed.Config
+		cfg, clientURL = etcdConfig(t, opts)
+		if e, err = embed.StartEtcd(cfg); err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 4 {
+			t.Fatal(err)
+		}
+		t.Logf("embedded etcd: %v; again on other ports", err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
