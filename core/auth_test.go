@@ -3,6 +3,7 @@ package core_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -387,27 +388,37 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 	})
 }
 
-func TestAVouchIsTheInstancesAlone(t *testing.T) {
-	st := core.NewAuthStore([]byte("secret"))
+func TestAPeerProofIsTheInstancesAlone(t *testing.T) {
+	secret := []byte("secret")
 	const now = 1000
+	alice := core.PeerProof{Instance: "a", User: "alice", Expires: now + 1}
 	for _, tc := range []struct {
 		name string
 		v    string
-		want string
+		want core.PeerProof
 	}{
-		{"genuine", st.VouchUser("alice", now+1), "alice"},
-		{"for good (a stream's)", st.VouchUser("alice", 0), "alice"},
-		{"expired", st.VouchUser("alice", now), ""},
-		{"another secret's", core.NewAuthStore([]byte("other")).VouchUser("root", 0), ""},
-		{"a bare name", "root", ""},
-		{"tampered", st.VouchUser("alice", 0)[1:], ""},
+		{"genuine", core.SealPeerProof(secret, alice), alice},
+		{"no user", core.SealPeerProof(secret, core.PeerProof{Instance: "b", Expires: now + 1}), core.PeerProof{Instance: "b", Expires: now + 1}},
+		{"expired", core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "alice", Expires: now}), core.PeerProof{}},
+		{"never expiring is expired", core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "root"}), core.PeerProof{}},
+		{"another secret's", core.SealPeerProof([]byte("other"), alice), core.PeerProof{}},
+		{"a bare name", "root", core.PeerProof{}},
+		{"tampered", core.SealPeerProof(secret, alice)[1:], core.PeerProof{}},
+		{"the user moved to another proof", swapPayload(core.SealPeerProof(secret, alice), core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "root", Expires: now + 1})), core.PeerProof{}},
 	} {
-		got, ok := st.Vouched(tc.v, now)
-		if got != tc.want || ok != (tc.want != "") {
-			t.Errorf("%s: got %q %v, want %q", tc.name, got, ok, tc.want)
+		got, ok := core.OpenPeerProof(secret, tc.v, now)
+		if got != tc.want || ok != (tc.want != core.PeerProof{}) {
+			t.Errorf("%s: got %+v %v, want %+v", tc.name, got, ok, tc.want)
 		}
 	}
-	if _, ok := core.NewAuthStore(nil).Vouched(core.NewAuthStore(nil).VouchUser("root", 0), now); ok {
-		t.Error("a store without a secret took a vouch")
+	if _, ok := core.OpenPeerProof(nil, core.SealPeerProof(nil, alice), now); ok {
+		t.Error("no secret took a proof")
 	}
+}
+
+// swapPayload returns a's MAC on b's payload.
+func swapPayload(a, b string) string {
+	_, mac, _ := strings.Cut(a, ".")
+	payload, _, _ := strings.Cut(b, ".")
+	return payload + "." + mac
 }

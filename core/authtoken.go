@@ -139,45 +139,56 @@ func (a *AuthStore) Login(user string) (hash []byte, err error) {
 	return u.Password, nil
 }
 
-// VouchUser signs, for the leader, that a follower took the client
-// certificate of a call it forwards to name user (etcd's
-// --client-cert-auth). Only instances know the secret, so a client that
-// sends such a header itself gains nothing; expires (Unix nanoseconds)
-// bounds a replay (0: never, for a stream, which may outlive any bound).
-func (a *AuthStore) VouchUser(user string, expires int64) string {
-	p := appendBytes(binary.AppendVarint(nil, expires), []byte(user))
-	m := hmac.New(sha256.New, a.Secret)
-	m.Write([]byte("axon vouch\x00"))
-	m.Write(p)
-	return base64.RawURLEncoding.EncodeToString(p) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:tokenMAC])
+// A PeerProof is what a call from one instance to another carries,
+// sealed with the secret the instances share through the engine (and no
+// client has): which instance sent it, until when it holds, and the user
+// the sender took from its client's certificate under
+// --client-cert-auth ("" for none), for the leader to run the call as.
+// The user is sealed with the instance and the expiry, so a vouch cannot
+// be moved to another call's proof, and a captured proof is good for
+// its expiry only.
+type PeerProof struct {
+	Instance string
+	User     string
+	Expires  int64 // Unix nanoseconds
 }
 
-// Vouched is the user a VouchUser value names, if it is genuine and not
-// expired at now.
-func (a *AuthStore) Vouched(v string, now int64) (string, bool) {
-	payload, mac, ok := strings.Cut(v, ".")
-	if !ok || len(a.Secret) == 0 {
-		return "", false
+// SealPeerProof signs p with secret.
+func SealPeerProof(secret []byte, p PeerProof) string {
+	b := binary.AppendUvarint(nil, 1)
+	b = appendBytes(b, []byte(p.Instance))
+	b = appendBytes(b, []byte(p.User))
+	b = binary.AppendVarint(b, p.Expires)
+	return base64.RawURLEncoding.EncodeToString(b) + "." + base64.RawURLEncoding.EncodeToString(peerProofMAC(secret, b))
+}
+
+func peerProofMAC(secret, b []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("axon peer proof\x00"))
+	m.Write(b)
+	return m.Sum(nil)[:tokenMAC]
+}
+
+// OpenPeerProof returns the proof s holds if secret sealed it and it has
+// not expired at now; false for a malformed, forged or expired one, and
+// for any proof when there is no secret.
+func OpenPeerProof(secret []byte, s string, now int64) (PeerProof, bool) {
+	payload, mac, ok := strings.Cut(s, ".")
+	if !ok || len(secret) == 0 {
+		return PeerProof{}, false
 	}
-	p, err1 := base64.RawURLEncoding.DecodeString(payload)
+	b, err1 := base64.RawURLEncoding.DecodeString(payload)
 	got, err2 := base64.RawURLEncoding.DecodeString(mac)
-	if err1 != nil || err2 != nil {
-		return "", false
+	if err1 != nil || err2 != nil || !hmac.Equal(got, peerProofMAC(secret, b)) {
+		return PeerProof{}, false
 	}
-	m := hmac.New(sha256.New, a.Secret)
-	m.Write([]byte("axon vouch\x00"))
-	m.Write(p)
-	if !hmac.Equal(got, m.Sum(nil)[:tokenMAC]) {
-		return "", false
+	d := authDecoder{b: b}
+	ver := d.uvarint()
+	p := PeerProof{Instance: string(d.bytes()), User: string(d.bytes())}
+	exp, n := binary.Varint(d.b)
+	if d.err != nil || ver != 1 || n <= 0 || n != len(d.b) || now >= exp {
+		return PeerProof{}, false
 	}
-	exp, n := binary.Varint(p)
-	if n <= 0 || (exp != 0 && now >= exp) {
-		return "", false
-	}
-	d := authDecoder{b: p[n:]}
-	user := string(d.bytes())
-	if d.err != nil || len(d.b) != 0 {
-		return "", false
-	}
-	return user, true
+	p.Expires = exp
+	return p, true
 }

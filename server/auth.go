@@ -79,9 +79,10 @@ func tokenOf(ctx context.Context) (string, bool) {
 }
 
 // identify resolves who a call runs as against st: by its token; else,
-// forwarded, by the user the forwarding instance vouched for; else, with
+// from another instance, by the user its proof vouches for; else, with
 // --client-cert-auth, by its client certificate's CommonName (never on a
-// forwarded call, whose certificate is the instance's); else nobody.
+// call from an instance, whose certificate is the instance's, and so
+// never on a peer listener, which serves nothing else); else nobody.
 // With auth off nobody; a bad token is ErrAuthInvalidToken.
 func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIdentity, error) {
 	if !st.Enabled {
@@ -90,10 +91,9 @@ func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIde
 	if tok, ok := tokenOf(ctx); ok {
 		return s.tokens.resolve(st, tok, forwarded(ctx))
 	}
-	now := time.Now().UnixNano()
-	if forwarded(ctx) {
-		if user, ok := st.Vouched(vouchedHeader(ctx), now); ok {
-			return core.AuthIdentity{User: user, Revision: st.Revision}, nil
+	if p, ok := fromInstance(ctx); ok {
+		if p.User != "" {
+			return core.AuthIdentity{User: p.User, Revision: st.Revision}, nil
 		}
 		return core.AuthIdentity{}, nil
 	}
@@ -105,29 +105,22 @@ func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIde
 	return core.AuthIdentity{}, nil
 }
 
-// vouch returns what a forwarded call carries for the leader to know the
-// caller by: its token, or the user its certificate names, vouched for
-// until ttl from now (0: for good, for a stream).
-func (s *Server) vouch(ctx context.Context, ttl time.Duration) []string {
-	if tok, ok := tokenOf(ctx); ok {
-		return []string{"token", s.tokens.forward(tok, func() (*core.AuthStore, error) { return s.authView(ctx, nil, false) })}
-	}
+// certVouch is the user a forward of a client's call vouches for: the
+// CommonName of its client certificate under --client-cert-auth with
+// auth on; "" for none.
+func (s *Server) certVouch(ctx context.Context) string {
 	if !s.cfg.ClientCertAuth || forwarded(ctx) {
-		return nil
+		return ""
 	}
 	cn := certUser(ctx)
 	if cn == "" {
-		return nil
+		return ""
 	}
 	st, err := s.authView(ctx, nil, false)
 	if err != nil || !st.Enabled {
-		return nil
+		return ""
 	}
-	exp := int64(0)
-	if ttl > 0 {
-		exp = time.Now().Add(ttl).UnixNano()
-	}
-	return []string{vouchKey, st.VouchUser(cn, exp)}
+	return cn
 }
 
 // authCheck decides whether a call may run, given the store and who it

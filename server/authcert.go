@@ -5,19 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"time"
 
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
-
-// vouchKey carries, on a call one instance forwards to another, the user
-// the first took from the client's certificate (core.AuthStore.VouchUser).
-const vouchKey = "axon-vouched-user"
-
-// vouchTTL bounds how long a vouch may be replayed.
-const vouchTTL = time.Minute
 
 // tlsState is a connection that knows its TLS state: a *tls.Conn, or
 // one the client listener wrapped after sniffing it (cmd/axon).
@@ -97,14 +88,6 @@ func certUser(ctx context.Context) string {
 		if len(chain) > 0 {
 			return chain[0].Subject.CommonName
 		}
-	}
-	return ""
-}
-
-// vouchedHeader is the vouch a forwarding instance sent, "" if none.
-func vouchedHeader(ctx context.Context) string {
-	if v := metadata.ValueFromIncomingContext(ctx, vouchKey); len(v) > 0 {
-		return v[0]
 	}
 	return ""
 }

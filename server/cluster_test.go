@@ -25,7 +25,10 @@ type instance struct {
 	addr string
 	srv  *server.Server
 	g    *grpc.Server
-	up   bool
+	// peer serves the peer listener, when there is one.
+	peer     *grpc.Server
+	peerAddr string
+	up       bool
 }
 
 // stop kills the instance: its listener and every stream go at once,
@@ -36,6 +39,9 @@ func (in *instance) stop() {
 	}
 	in.up = false
 	in.g.Stop()
+	if in.peer != nil {
+		in.peer.Stop()
+	}
 	in.srv.Close()
 }
 
@@ -129,8 +135,12 @@ func (c *testCluster) start(i int) {
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
+	in.peer, in.peerAddr = nil, ""
 	if peerLis != nil {
-		go func() { _ = g.Serve(peerLis) }()
+		pg := grpc.NewServer(srv.PeerServerOptions()...)
+		srv.Register(pg)
+		go func() { _ = pg.Serve(peerLis) }()
+		in.peer, in.peerAddr = pg, peerLis.Addr().String()
 	}
 	in.srv, in.g, in.up = srv, g, true
 }

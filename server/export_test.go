@@ -21,3 +21,10 @@ func (s *Server) DropPeerConnections(d time.Duration) {
 		cc.Close()
 	}
 }
+
+// PeerSecretKey and PeerProofKey name where the instances' secret lives
+// in the engine and the metadata a proved call carries.
+const (
+	PeerSecretKey = peerSecretKey
+	PeerProofKey  = peerProofKey
+)

@@ -138,6 +138,11 @@ type clusterServer struct {
 }
 
 func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	// With auth on, etcd lists members for an authenticated caller only
+	// (its requireAuthInfo): their URLs are no one else's business.
+	if err := c.s.authorize(ctx, nil, false, someUser); err != nil {
+		return nil, toGRPC(err)
+	}
 	ms, err := c.s.members(ctx)
 	if err != nil {
 		return nil, toGRPC(err)

@@ -205,10 +205,19 @@ const streamWorkers = 256
 // more reads.
 const readBufferSize = 8 << 10
 
-// ServerOptions are the grpc.ServerOptions the server needs — its gRPC
-// metrics, etcd's keepalive policy, room for the largest request (with
-// etcd's 512 KiB of slack) — to pass to grpc.NewServer.
-func (s *Server) ServerOptions() []grpc.ServerOption {
+// ServerOptions are the grpc.ServerOptions the server needs on a client
+// listener — who may call what (instance.go), its gRPC metrics, etcd's
+// keepalive policy, room for the largest request (with etcd's 512 KiB of
+// slack) — to pass to grpc.NewServer.
+func (s *Server) ServerOptions() []grpc.ServerOption { return s.serverOptions(clientListener) }
+
+// PeerServerOptions are ServerOptions for a gRPC server on a peer
+// listener: it serves the other instances' calls and refuses any other
+// as a service it does not have. Register the same services on it.
+func (s *Server) PeerServerOptions() []grpc.ServerOption { return s.serverOptions(peerListener) }
+
+func (s *Server) serverOptions(l listener) []grpc.ServerOption {
+	gateUnary, gateStream := s.gate(l)
 	ka := s.cfg.KeepAlive.withDefaults()
 	streams := s.cfg.MaxConcurrentStreams
 	if streams == 0 {
@@ -218,8 +227,8 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.Creds(terminatedTLS{count: s.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ChainUnaryInterceptor(s.metrics.unary, s.admission.unary),
-		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.ChainUnaryInterceptor(gateUnary, s.metrics.unary, s.admission.unary),
+		grpc.ChainStreamInterceptor(gateStream, s.metrics.stream),
 		grpc.ForceServerCodecV2(newCountingCodec(s.metrics.etcd)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),

@@ -29,9 +29,6 @@ const (
 	peerService   = "axon.Peer"
 	readIndexPath = "/" + peerService + "/ReadIndex"
 	nudgePath     = "/" + peerService + "/Nudge"
-	// forwardedKey marks a call one instance forwarded to another, so a
-	// stale view of the leader cannot bounce it around.
-	forwardedKey = "axon-forwarded"
 )
 
 type peerServer interface {
@@ -43,17 +40,23 @@ var peerServiceDesc = grpc.ServiceDesc{
 	ServiceName: peerService,
 	HandlerType: (*peerServer)(nil),
 	Methods: []grpc.MethodDesc{
-		{MethodName: "ReadIndex", Handler: peerHandler(peerServer.serveReadIndex)},
-		{MethodName: "Nudge", Handler: peerHandler(peerServer.serveNudge)},
+		{MethodName: "ReadIndex", Handler: peerHandler("ReadIndex", peerServer.serveReadIndex)},
+		{MethodName: "Nudge", Handler: peerHandler("Nudge", peerServer.serveNudge)},
 	},
 }
 
-func peerHandler(fn func(peerServer, context.Context) (*pb.ResponseHeader, error)) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-		if err := dec(&pb.StatusRequest{}); err != nil {
+func peerHandler(method string, fn func(peerServer, context.Context) (*pb.ResponseHeader, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		req := &pb.StatusRequest{}
+		if err := dec(req); err != nil {
 			return nil, err
 		}
-		return fn(srv.(peerServer), ctx)
+		call := func(ctx context.Context, _ any) (any, error) { return fn(srv.(peerServer), ctx) }
+		if interceptor == nil {
+			return call(ctx, req)
+		}
+		// The interceptors decide who may call (instance.go).
+		return interceptor(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + peerService + "/" + method}, call)
 	}
 }
 
@@ -101,8 +104,8 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
-		grpc.WithChainUnaryInterceptor(p.s.metrics.etcd.peerUnary(addr)),
-		grpc.WithChainStreamInterceptor(p.s.metrics.etcd.peerStream(addr)))
+		grpc.WithChainUnaryInterceptor(p.s.metrics.etcd.peerUnary(addr), p.s.proveUnary),
+		grpc.WithChainStreamInterceptor(p.s.metrics.etcd.peerStream(addr), p.s.proveStream))
 	if err != nil {
 		return nil, fmt.Errorf("dial leader %s: %w", addr, err)
 	}
@@ -129,26 +132,20 @@ func (p *peers) nudge(addr string) {
 	_ = cc.Invoke(ctx, nudgePath, &pb.StatusRequest{}, &pb.ResponseHeader{})
 }
 
-// forwarded reports whether a call came from another instance. It reads
-// the one key: FromIncomingContext would copy every header of every call.
-func forwarded(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
-}
-
-// forwardContext marks an outgoing call as forwarded and passes on who
-// the caller is: its token, which the leader resolves and checks itself,
-// or the user of its client certificate, vouched for with the secret the
-// instances share (see vouch). A client that sets the marker or these
-// headers itself gains nothing: a token and a vouch are signed. A
-// unary call's vouch holds for vouchTTL; a stream's for the stream, whose
-// requests (watch creations, keepalives) are checked as they come.
+// forwardContext passes on who the caller of a call forwarded to the
+// leader is: its token, which the leader resolves and checks itself, or
+// the user of its client certificate, which the call's instance proof
+// vouches for (see prove). A stream is proved when it opens; its
+// requests (watch creations, keepalives) are checked as they come, as
+// that user's.
 func (s *Server) forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, vouchTTL)...)...)
-}
-
-// forwardStreamContext is forwardContext for a proxied stream.
-func (s *Server) forwardStreamContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, append([]string{forwardedKey, "1"}, s.vouch(ctx, 0)...)...)
+	if tok, ok := tokenOf(ctx); ok {
+		return metadata.AppendToOutgoingContext(ctx, "token", s.tokens.forward(tok, func() (*core.AuthStore, error) { return s.authView(ctx, nil, false) }))
+	}
+	if user := s.certVouch(ctx); user != "" {
+		return context.WithValue(ctx, vouchKey{}, user)
+	}
+	return ctx
 }
 
 // refused reports whether an error from the leader means the call was
@@ -157,7 +154,7 @@ func refused(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader) {
+	if errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader) || errors.Is(err, errUnsent) {
 		return true
 	}
 	st, ok := status.FromError(err)

@@ -7,10 +7,17 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/internal/testpki"
+	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -96,5 +103,80 @@ func TestPeerTLSRefusesAnUntrustedLeader(t *testing.T) {
 	}
 	if len(resp.Kvs) != 0 {
 		t.Errorf("the refused write landed: %v", resp.Kvs)
+	}
+}
+
+// TestPeerListenerServesProvedCallsOnly: a peer listener serves the
+// calls an instance seals with the secret the instances share in the
+// engine, and nothing else, whatever certificate comes with them: no
+// proof, a proof of another secret and an expired one are refused as a
+// service that is not there, on the peer listener for every service and
+// on the client listener for the instances' own.
+func TestPeerListenerServesProvedCallsOnly(t *testing.T) {
+	eng := memkv.New()
+	c := newCluster(t, eng, 3)
+	ca := testpki.NewCA(t, "peer-ca")
+	c.peerTLS, c.dial = peerTLS(t, ca, ca)
+	c.startAll()
+	l := c.awaitLeader()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// A write through a follower: it seals its forward, making the secret.
+	if _, err := c.client(c.ins[(l+1)%3].addr).Put(ctx, "/forwarded", "v"); err != nil {
+		t.Fatal(err)
+	}
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := txn.Get(core.MetaKey(server.PeerSecretKey))
+	txn.Rollback()
+	if err != nil || len(secret) < 32 {
+		t.Fatalf("the instances' secret: %x, %v", secret, err)
+	}
+	conn := func(addr string) *grpc.ClientConn {
+		creds := insecure.NewCredentials() // the client listener
+		if addr == c.ins[l].peerAddr {
+			creds = credentials.NewTLS(c.dial(0))
+		}
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	peer := conn(c.ins[l].peerAddr)
+	in := func(d time.Duration) int64 { return time.Now().Add(d).UnixNano() }
+	proved := func(secret []byte, expires int64) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, server.PeerProofKey, core.SealPeerProof(secret, core.PeerProof{Instance: "test", Expires: expires}))
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"no proof", ctx, codes.Unimplemented},
+		{"another secret's proof", proved([]byte("not the store's"), in(time.Minute)), codes.Unimplemented},
+		{"an expired proof", proved(secret, in(-time.Second)), codes.Unimplemented},
+		{"a proof", proved(secret, in(time.Minute)), codes.OK},
+	} {
+		_, err := pb.NewKVClient(peer).Put(tc.ctx, &pb.PutRequest{Key: []byte("/peer"), Value: []byte(tc.name)})
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("peer listener, put with %s: %v, want %v", tc.name, err, tc.want)
+		}
+		for _, addr := range []string{c.ins[l].peerAddr, c.ins[l].addr} {
+			err := conn(addr).Invoke(tc.ctx, "/axon.Peer/ReadIndex", &pb.StatusRequest{}, &pb.ResponseHeader{})
+			if got := status.Code(err); got != tc.want {
+				t.Errorf("read index at %s with %s: %v, want %v", addr, tc.name, err, tc.want)
+			}
+		}
+	}
+	resp, err := c.client(c.ins[l].addr).Get(ctx, "/peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "a proof" {
+		t.Errorf("/peer holds %v, want the proved put's value only", resp.Kvs)
 	}
 }

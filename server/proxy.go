@@ -40,7 +40,7 @@ func proxy[Req, Resp any](s *Server, down downstream[Req, Resp], open func(conte
 	if cc == nil {
 		return errStreamMoved // we lead now, or nobody does yet
 	}
-	ctx, cancel := context.WithCancel(s.forwardStreamContext(down.Context()))
+	ctx, cancel := context.WithCancel(s.forwardContext(down.Context()))
 	defer cancel()
 	up, err := open(ctx, cc)
 	if err != nil {

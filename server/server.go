@@ -152,6 +152,8 @@ type Server struct {
 	counts    counter
 	auth      authState
 	tokens    *authTokens
+	// peerSecret seals calls to other instances (instance.go).
+	peerSecret peerSecret
 
 	ctx    context.Context
 	cancel context.CancelFunc

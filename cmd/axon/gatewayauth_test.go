@@ -35,6 +35,8 @@ var gatewayAuthSteps = []authStep{
 	{"", "/v3/auth/status", `{}`},
 	{"", "/v3/kv/range", `{"key": "YQ=="}`},
 	{"bad", "/v3/kv/range", `{"key": "YQ=="}`},
+	{"", "/v3/cluster/member/list", `{}`},
+	{"bad", "/v3/cluster/member/list", `{}`},
 	{"", "/v3/auth/authenticate", `{"name": "alice", "password": "nope"}`},
 	{"", "/v3/auth/authenticate", `{"name": "bob", "password": "x"}`},
 	{"alice", "/v3/kv/put", `{"key": "YTE=", "value": "dg=="}`},

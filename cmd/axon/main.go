@@ -233,6 +233,11 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	for _, u := range f.listenPeer {
+		if !strings.HasPrefix(u, "https://") {
+			log.Warn("a plain http peer URL: calls between instances, with the tokens and data they carry, cross the network in clear; use https peer URLs with --peer-client-cert-auth off a trusted network", "url", u)
+		}
+	}
 	ac, err := autoCompaction(f.autoCompactionMode, f.autoCompactionRetention)
 	if err != nil {
 		return err
@@ -329,10 +334,14 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	// Clients and peers are served by one gRPC server: peers call the
-	// same services (a forwarded call is marked as such) and the peer one.
+	// Clients and instances are served by gRPC servers of their own: the
+	// one on peer listeners serves only calls other instances prove they
+	// made (a forward of any service, or the peer service), and never
+	// takes a certificate there for a user.
 	g := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(g)
+	pg := grpc.NewServer(srv.PeerServerOptions()...)
+	srv.Register(pg)
 	lb, err := newLoopback(g)
 	if err != nil {
 		return err
@@ -376,11 +385,12 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		// so after a grace period the rest is cut (clients reconnect and
 		// resume from their revision).
 		done := make(chan struct{})
-		go func() { g.GracefulStop(); close(done) }()
+		go func() { g.GracefulStop(); pg.GracefulStop(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			g.Stop()
+			pg.Stop()
 		}
 	}()
 	log.Info("serving", "client", f.listenClient, "peer", f.listenPeer, "metrics", f.listenMetrics, "data-dir", f.dataDir)
@@ -390,7 +400,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		go func() { errc <- serveClient(lis, g, hc) }()
 	}
 	for _, lis := range peerLis {
-		go func() { errc <- g.Serve(lis) }()
+		go func() { errc <- pg.Serve(lis) }()
 	}
 	err = <-errc
 	if ctx.Err() != nil {
@@ -421,6 +431,9 @@ type listening struct {
 // at the client URLs with the client flags.
 func (f serveFlags) listenTLS() (listening, error) {
 	var l listening
+	if err := f.checkPeerURLs(); err != nil {
+		return l, err
+	}
 	if anyHTTPS(f.listenClient) || anyHTTPS(f.listenMetrics) {
 		info, err := f.clientTLS.info("client", f.dataDir, f.listenClient, f.tlsVersions)
 		if err != nil {
@@ -448,6 +461,27 @@ func (f serveFlags) listenTLS() (listening, error) {
 		}
 	}
 	return l, nil
+}
+
+// checkPeerURLs refuses peer listeners that would take callers without
+// a peer certificate while clients must show one (--client-cert-auth):
+// instances' calls carry the users they vouch for and clients' tokens,
+// which such a set-up asks to keep off an unauthenticated, perhaps
+// plaintext, link. (The peer listener serves nothing but proved calls of
+// instances either way.)
+func (f serveFlags) checkPeerURLs() error {
+	if !f.clientTLS.clientCertAuth {
+		return nil
+	}
+	for _, u := range f.listenPeer {
+		if !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("--client-cert-auth with --listen-peer-urls %s: a plain peer URL takes instances without a certificate; use an https peer URL with --peer-client-cert-auth and --peer-trusted-ca-file", u)
+		}
+		if !f.peerTLS.clientCertAuth {
+			return fmt.Errorf("--client-cert-auth with --listen-peer-urls %s but without --peer-client-cert-auth: the peer listener would take instances without a certificate; add --peer-client-cert-auth and --peer-trusted-ca-file", u)
+		}
+	}
+	return nil
 }
 
 func anyHTTPS(urls []string) bool {

@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// Who may call what. A client listener serves clients; a peer listener
+// serves the instances only. An instance proves it is one by sealing
+// each call (core.PeerProof) with a secret the instances share through
+// the engine, which no client can read: holding a peer certificate is
+// not enough, and neither is reaching the port. So, as on etcd:
+//
+//   - on a peer listener, a call without a valid proof is refused as a
+//     service that is not there (Unimplemented), whatever certificate
+//     came with it, and no call there is ever run as a certificate's
+//     user;
+//   - on a client listener, the instances' own service (axon.Peer) is
+//     not there for a caller without a proof, and the client services
+//     run as the client's token or certificate say;
+//   - a call with a proof is another instance's forward: it runs as the
+//     token it carries, or as the user the proof vouches for, or as
+//     nobody. A stream is checked when it opens and keeps what it was
+//     proved to be, as a client's TLS connection keeps its certificate.
+
+// peerProofKey is the metadata that carries a call's core.PeerProof.
+const peerProofKey = "axon-peer-proof"
+
+// peerSecretKey names the instances' shared secret in the engine, beside
+// their presence records: outside the revisioned keyspace, created by
+// the first instance that calls another. A single instance never needs
+// one, so a store that only ever had one holds none.
+const peerSecretKey = "peer-secret"
+
+// proofTTL bounds how long a proof may be replayed by someone who saw it
+// on a plaintext peer link; it covers the call's transit and the clock
+// drift between instances.
+const proofTTL = 30 * time.Second
+
+// errNoPeerSecret: the engine holds no shared secret of the instances
+// yet, so no instance sealed the call at hand.
+var errNoPeerSecret = errors.New("axon: the instances have no shared secret yet")
+
+// errUnsent: a call to another instance was not sent, for want of the
+// secret to seal it with (the engine could not be read); it did not run.
+var errUnsent = errors.New("axon: call to another instance not sent")
+
+// listener says which listener a gRPC server serves.
+type listener int
+
+const (
+	clientListener listener = iota
+	peerListener
+)
+
+// instanceCallKey marks the context of a call another instance proved
+// it made; its value is the proof.
+type instanceCallKey struct{}
+
+// vouchKey carries, on an outgoing forward, the user to vouch for.
+type vouchKey struct{}
+
+// fromInstance returns the proof of a call another instance made.
+func fromInstance(ctx context.Context) (core.PeerProof, bool) {
+	p, ok := ctx.Value(instanceCallKey{}).(core.PeerProof)
+	return p, ok
+}
+
+// forwarded reports whether a call came from another instance.
+func forwarded(ctx context.Context) bool {
+	_, ok := fromInstance(ctx)
+	return ok
+}
+
+// peerSecret is the instances' shared secret, read once found.
+type peerSecret struct {
+	mu  sync.Mutex
+	val []byte
+}
+
+// get returns the secret, reading it from the engine until it is found;
+// with create, it writes a new one if there is none, else an absent one
+// is errNoPeerSecret.
+func (p *peerSecret) get(ctx context.Context, eng storage.Engine, create bool) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.val != nil {
+		return p.val, nil
+	}
+	key := core.MetaKey(peerSecretKey)
+	var err error
+	// Two instances may create it at once: the engine lets one commit,
+	// and the other reads what it wrote next time round.
+	for range 3 {
+		var v []byte
+		if v, err = readOrCreate(ctx, eng, key, create); err == nil {
+			p.val = v
+			return v, nil
+		}
+		if errors.Is(err, errNoPeerSecret) || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, err
+}
+
+// readOrCreate reads key; if it is absent, it writes 32 random bytes
+// there with create, and is errNoPeerSecret without.
+func readOrCreate(ctx context.Context, eng storage.Engine, key []byte, create bool) ([]byte, error) {
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Rollback()
+	v, err := txn.Get(key)
+	switch {
+	case err == nil:
+		return v, nil
+	case !errors.Is(err, storage.ErrNotFound):
+		return nil, err
+	case !create:
+		return nil, errNoPeerSecret
+	}
+	v = make([]byte, 32)
+	_, _ = rand.Read(v)
+	if err := txn.Set(key, v); err != nil {
+		return nil, err
+	}
+	if err := txn.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// prove returns ctx with the proof of an outgoing call to another
+// instance, vouching for the user forwardContext named.
+func (s *Server) prove(ctx context.Context) (context.Context, error) {
+	secret, err := s.peerSecret.get(ctx, s.eng, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnsent, err)
+	}
+	user, _ := ctx.Value(vouchKey{}).(string)
+	proof := core.SealPeerProof(secret, core.PeerProof{Instance: s.id, User: user, Expires: time.Now().Add(proofTTL).UnixNano()})
+	return metadata.AppendToOutgoingContext(ctx, peerProofKey, proof), nil
+}
+
+// proveUnary and proveStream seal every call on a connection to another
+// instance.
+func (s *Server) proveUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx, err := s.prove(ctx)
+	if err != nil {
+		return err
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (s *Server) proveStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	ctx, err := s.prove(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+// admit decides whether a call may be served on a listener of kind l,
+// and returns its context: marked with the proof for another instance's
+// call. A proof that does not hold (forged, of another store's
+// instances, expired) counts for nothing: the call is a client's.
+func (s *Server) admit(ctx context.Context, l listener, method string) (context.Context, error) {
+	if v := metadata.ValueFromIncomingContext(ctx, peerProofKey); len(v) > 0 {
+		secret, err := s.peerSecret.get(ctx, s.eng, false)
+		switch {
+		case errors.Is(err, errNoPeerSecret):
+			// No instance sealed this.
+		case err != nil:
+			// The engine could not be read: the call does not run.
+			return nil, status.Error(codes.Unavailable, "axon: reading the instances' shared secret: "+err.Error())
+		default:
+			if p, ok := core.OpenPeerProof(secret, v[0], time.Now().UnixNano()); ok {
+				return context.WithValue(ctx, instanceCallKey{}, p), nil
+			}
+		}
+		s.log.Warn("a call's instance proof does not hold; taken as a client's", "method", method)
+	}
+	if l == peerListener || strings.HasPrefix(method, "/"+peerService+"/") {
+		return nil, unknownService(method)
+	}
+	return ctx, nil
+}
+
+// unknownService is gRPC's own answer for a service a server does not
+// have, which is what etcd's peer port and client port answer.
+func unknownService(method string) error {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	return status.Errorf(codes.Unimplemented, "unknown service %s", svc)
+}
+
+// gate returns the interceptors that admit calls on a listener of kind l.
+func (s *Server) gate(l listener) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := s.admit(ctx, l, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := s.admit(ss.Context(), l, info.FullMethod)
+		if err != nil {
+			return err
+		}
+		if ctx != ss.Context() {
+			ss = admittedStream{ServerStream: ss, ctx: ctx}
+		}
+		return handler(srv, ss)
+	}
+	return unary, stream
+}
+
+type admittedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (a admittedStream) Context() context.Context { return a.ctx }
