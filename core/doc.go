@@ -48,11 +48,12 @@
 // # Reads a driver may batch
 //
 // WorkLookahead and RangeLookahead predict the first reads of an
-// evaluation: a key's latest record and its newest history record (the
-// value). A driver whose engine pays a round trip per read issues them
-// together before evaluating (storage/exec.Reader), so a create, an
-// update or a failed compare reads in one round trip. Evaluation still
-// reads through the Reader: predictions only save time.
+// evaluation: a key's latest record and, where the request reads it, its
+// newest history record (the value); a write alone reads no value (see
+// "Previous values" in prev.go). A driver whose engine pays a round trip
+// per read issues them together before evaluating (storage/exec.Reader),
+// so a create, an update or a failed compare reads in one round trip.
+// Evaluation still reads through the Reader: predictions only save time.
 //
 // # Order of truth
 //
@@ -180,7 +181,11 @@
 //     outcome is unknown).
 //     - WatchResponses: deliver in order per watch, before the lock is
 //     released (a Requested progress response answers RequestProgress for
-//     the stream).
+//     the stream). A response that lists Unread events must have their
+//     previous values read before it is sent: ReadPrevValues in an engine
+//     snapshot, outside the lock, retried while the engine fails, the
+//     stream's later responses waiting behind it (storage/exec.ReadPrev;
+//     "Previous values" in prev.go).
 //     - HandedOff: tell the successor named in the record to look now.
 //  4. Repeat with whatever arrives next: a request, a finished work item,
 //     a timer (Tick at least every cfg.RenewEvery/2).

@@ -13,6 +13,11 @@ import (
 type Event struct {
 	Rev int64
 	*mvccpb.Event
+	// PrevUnread says PrevKv carries its version's metadata but not its
+	// value, which the write did not need to read: it is read where the
+	// event is sent to a watcher that asked for prev_kv (see "Previous
+	// values" in doc.go).
+	PrevUnread bool
 }
 
 // Write is one engine mutation that a work item asks the driver to make.
@@ -310,7 +315,7 @@ func (tx *txnEval) get(key []byte) (*entry, error) {
 	if e := tx.cached(key); e != nil {
 		return e, nil
 	}
-	rec, err := readLatest(tx.rd, key)
+	rec, err := readLatestMeta(tx.rd, key)
 	if err != nil {
 		return nil, err
 	}
@@ -347,6 +352,20 @@ func (tx *txnEval) cached(key []byte) *entry {
 		if bytes.Equal(e.key, key) {
 			return e
 		}
+	}
+	return nil
+}
+
+// value reads the value of the key's version before the work, if the
+// work needs it and has not read it yet: a write reads only the key's
+// latest record, which holds no value.
+func (tx *txnEval) value(e *entry) error {
+	if rec := e.orig; rec.alive() && rec.unread {
+		v, err := valueOf(tx.rd, e.key, rec.ModRev)
+		if err != nil {
+			return err
+		}
+		rec.Value, rec.unread = v, false
 	}
 	return nil
 }
@@ -447,6 +466,11 @@ func (tx *txnEval) put(p *pb.PutRequest) (*pb.PutResponse, error) {
 	if (p.IgnoreValue || p.IgnoreLease) && prev == nil {
 		return nil, ErrKeyNotFound
 	}
+	if p.IgnoreValue || p.PrevKv {
+		if err := tx.value(e); err != nil {
+			return nil, err
+		}
+	}
 	rec := &Record{ModRev: tx.rev, CreateRev: tx.rev, Version: 1, Value: p.Value, Lease: p.Lease}
 	if prev != nil {
 		rec.CreateRev, rec.Version = prev.CreateRev, prev.Version+1
@@ -458,15 +482,15 @@ func (tx *txnEval) put(p *pb.PutRequest) (*pb.PutResponse, error) {
 		}
 	}
 	e.cur, e.written = rec, true
-	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: rec.keyValue(e.key)}
+	ev := Event{Rev: tx.rev, Event: &mvccpb.Event{Type: mvccpb.PUT, Kv: rec.keyValue(e.key)}}
 	resp := &pb.PutResponse{Header: tx.header()}
 	if prev != nil {
-		ev.PrevKv = prev.keyValue(e.key)
+		ev.PrevKv, ev.PrevUnread = prev.keyValue(e.key), prev.unread
 		if p.PrevKv {
 			resp.PrevKv = ev.PrevKv
 		}
 	}
-	tx.events = append(tx.events, Event{Rev: tx.rev, Event: ev})
+	tx.events = append(tx.events, ev)
 	return resp, nil
 }
 
@@ -484,16 +508,27 @@ func (tx *txnEval) deleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeRespons
 		if e.cur == nil {
 			continue
 		}
+		if d.PrevKv {
+			if err := tx.value(e); err != nil {
+				return nil, err
+			}
+		}
 		prev := e.cur
 		e.cur, e.written = nil, true
-		ev := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: e.key, ModRevision: tx.rev}, PrevKv: prev.keyValue(e.key)}
-		tx.events = append(tx.events, Event{Rev: tx.rev, Event: ev})
+		tx.events = append(tx.events, deleteEvent(tx.rev, e.key, prev))
 		resp.Deleted++
 		if d.PrevKv {
-			resp.PrevKvs = append(resp.PrevKvs, ev.PrevKv)
+			resp.PrevKvs = append(resp.PrevKvs, prev.keyValue(e.key))
 		}
 	}
 	return resp, nil
+}
+
+// deleteEvent is the event of deleting key at rev, whose version before
+// was prev.
+func deleteEvent(rev int64, key []byte, prev *Record) Event {
+	return Event{Rev: rev, Event: &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: key, ModRevision: rev}, PrevKv: prev.keyValue(key)},
+		PrevUnread: prev.unread}
 }
 
 // keysIn lists the keys a single-key or ranged operation addresses. A
@@ -504,7 +539,7 @@ func (tx *txnEval) keysIn(key, end []byte) ([][]byte, error) {
 	if len(end) == 0 {
 		return [][]byte{key}, nil
 	}
-	kvs, err := tx.aliveIn(key, end)
+	kvs, err := tx.aliveIn(key, end, false)
 	if err != nil {
 		return nil, err
 	}
@@ -515,12 +550,18 @@ func (tx *txnEval) keysIn(key, end []byte) ([][]byte, error) {
 	return keys, nil
 }
 
-// aliveIn returns the keys alive in [key, end) as the work sees them.
-func (tx *txnEval) aliveIn(key, end []byte) ([]*mvccpb.KeyValue, error) {
+// aliveIn returns the keys alive in [key, end) as the work sees them,
+// a single key with its value only if withValue (a range reads values).
+func (tx *txnEval) aliveIn(key, end []byte, withValue bool) ([]*mvccpb.KeyValue, error) {
 	if len(end) == 0 {
 		e, err := tx.get(key)
 		if err != nil || e.cur == nil {
 			return nil, err
+		}
+		if withValue {
+			if err := tx.value(e); err != nil {
+				return nil, err
+			}
 		}
 		return []*mvccpb.KeyValue{e.cur.keyValue(e.key)}, nil
 	}
@@ -577,7 +618,7 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		if err != nil {
 			return nil, err
 		}
-	} else if kvs, err = tx.aliveIn(r.Key, r.RangeEnd); err != nil {
+	} else if kvs, err = tx.aliveIn(r.Key, r.RangeEnd, !r.KeysOnly && !r.CountOnly); err != nil {
 		return nil, err
 	}
 	resp := shapeRange(r, kvs)
@@ -617,7 +658,7 @@ func (tx *txnEval) comparePath(t *pb.TxnRequest) ([]bool, error) {
 }
 
 func (tx *txnEval) compare(c *pb.Compare) (bool, error) {
-	kvs, err := tx.aliveIn(c.Key, c.RangeEnd)
+	kvs, err := tx.aliveIn(c.Key, c.RangeEnd, c.Target == pb.Compare_VALUE)
 	if err != nil {
 		return false, err
 	}

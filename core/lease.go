@@ -366,7 +366,7 @@ func (tx *txnEval) leaseOp(op *LeaseOp) error {
 		}
 		prev := e.cur
 		e.cur, e.written = nil, true
-		tx.events = append(tx.events, Event{Rev: tx.rev, Event: &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: e.key, ModRevision: tx.rev}, PrevKv: prev.keyValue(e.key)}})
+		tx.events = append(tx.events, deleteEvent(tx.rev, e.key, prev))
 	}
 	tx.extra = append(tx.extra, Write{Key: LeaseKey(op.ID), Delete: true})
 	return nil

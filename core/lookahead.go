@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -27,84 +28,66 @@ type Bounds struct{ Lower, Upper []byte }
 const lookaheadKeys = 8
 
 // add predicts the reads of one key at revision rev: its latest record
-// and its newest history record at or below rev, which holds the value
-// of the latest version (readLatest's valueOf) or the version a read at
-// rev wants (recordAt).
-func (la *Lookahead) add(key []byte, rev int64) {
-	for _, g := range la.Gets {
-		if bytes.Equal(g, LatestKey(key)) {
-			return
-		}
+// and, with value, its newest history record at or below rev, which
+// holds the value of the latest version (readLatest's valueOf) or the
+// version a read at rev wants (recordAt).
+func (la *Lookahead) add(key []byte, rev int64, value bool) {
+	latest := LatestKey(key)
+	if !slices.ContainsFunc(la.Gets, func(g []byte) bool { return bytes.Equal(g, latest) }) {
+		la.Gets = append(la.Gets, latest)
+	}
+	if !value {
+		return
 	}
 	lower, upper := keyHistoryBounds(key, 1, rev+1)
-	la.Gets = append(la.Gets, LatestKey(key))
-	la.Lasts = append(la.Lasts, Bounds{lower, upper})
-}
-
-// expectedModRev is the mod revision a compare expects its single key at
-// (the apiserver's creates expect 0, its updates the revision it read).
-func expectedModRev(c *pb.Compare) (int64, bool) {
-	if len(c.RangeEnd) != 0 || c.Target != pb.Compare_MOD || c.Result != pb.Compare_EQUAL {
-		return 0, false
-	}
-	return c.GetModRevision(), true
-}
-
-// addVersion predicts the reads of a key expected at mod revision rev:
-// its latest record and, for rev > 0, the history record of that version
-// (its value). A point read each, where a scan for the newest version
-// would cost the engine more: the expectation is usually right, and when
-// it is not (a conflict) the value is read afterwards.
-func (la *Lookahead) addVersion(key []byte, rev int64) {
-	for _, g := range la.Gets {
-		if bytes.Equal(g, LatestKey(key)) {
-			return
-		}
-	}
-	la.Gets = append(la.Gets, LatestKey(key))
-	if rev > 0 {
-		la.Gets = append(la.Gets, HistoryKey(key, rev))
+	if !slices.ContainsFunc(la.Lasts, func(b Bounds) bool { return bytes.Equal(b.Lower, lower) }) {
+		la.Lasts = append(la.Lasts, Bounds{lower, upper})
 	}
 }
 
 // WorkLookahead predicts the reads of request work: for each single key
 // its request puts, deletes, reads or compares (in every branch of a
-// txn), the latest record and the value of its latest version. Other
-// work predicts nothing.
+// txn), the latest record, and the value of its latest version where the
+// request reads it (a range, a compare on the value, prev_kv,
+// ignore_value; a write alone does not: see "Previous values" in
+// prev.go). Other work predicts nothing.
 func WorkLookahead(w *Work) Lookahead {
 	var la Lookahead
 	if w.Kind != WorkRequest || w.Lease != nil || w.Request == nil {
 		return la
 	}
-	addOpKeys(&la, w.Request)
+	addOpKeys(&la, w.Request, true)
 	return la
 }
 
-func addOpKeys(la *Lookahead, op *pb.RequestOp) {
-	add := func(key, end []byte) {
+// addOpKeys predicts op's reads; with values false, none of a value
+// (a txn's failure branch: the apiserver's reads back the object whose
+// compare failed, a conflict, which is rare and costs a read then).
+func addOpKeys(la *Lookahead, op *pb.RequestOp, values bool) {
+	add := func(key, end []byte, value bool) {
 		if len(end) == 0 && len(la.Gets) < lookaheadKeys {
-			la.add(key, probeRev)
+			la.add(key, probeRev, value && values)
 		}
 	}
 	switch tv := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestPut:
-		add(tv.RequestPut.Key, nil)
+		p := tv.RequestPut
+		add(p.Key, nil, p.PrevKv || p.IgnoreValue)
 	case *pb.RequestOp_RequestDeleteRange:
-		add(tv.RequestDeleteRange.Key, tv.RequestDeleteRange.RangeEnd)
+		d := tv.RequestDeleteRange
+		add(d.Key, d.RangeEnd, d.PrevKv)
 	case *pb.RequestOp_RequestRange:
-		add(tv.RequestRange.Key, tv.RequestRange.RangeEnd)
+		r := tv.RequestRange
+		add(r.Key, r.RangeEnd, !r.KeysOnly && !r.CountOnly)
 	case *pb.RequestOp_RequestTxn:
 		for _, c := range tv.RequestTxn.Compare {
-			if rev, ok := expectedModRev(c); ok && len(la.Gets) < lookaheadKeys {
-				la.addVersion(c.Key, rev)
-				continue
-			}
-			add(c.Key, c.RangeEnd)
+			add(c.Key, c.RangeEnd, c.Target == pb.Compare_VALUE)
 		}
-		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.Success, tv.RequestTxn.Failure} {
-			for _, sub := range ops {
-				addOpKeys(la, sub)
-			}
+		for _, sub := range tv.RequestTxn.Success {
+			addOpKeys(la, sub, values)
+		}
+		for _, sub := range tv.RequestTxn.Failure {
+			addOpKeys(la, sub, false)
 		}
 	}
 }
@@ -121,6 +104,6 @@ func RangeLookahead(req *pb.RangeRequest, committed int64) Lookahead {
 	if rev <= 0 {
 		rev = committed
 	}
-	la.add(req.Key, rev)
+	la.add(req.Key, rev, !req.KeysOnly && !req.CountOnly)
 	return la
 }

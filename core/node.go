@@ -834,8 +834,9 @@ func (n *Node) advance() {
 // commit publishes an applied revision.
 func (n *Node) commit(rev int64, s *slot) {
 	eff := s.eff
-	for _, ev := range eff.Events {
-		n.ring.Append(ev)
+	for i := range eff.Events {
+		n.ring.fillPrev(&eff.Events[i])
+		n.ring.Append(eff.Events[i])
 	}
 	n.watch.publish(rev, eff.Events)
 	n.leases.attach(eff.Events)

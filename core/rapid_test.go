@@ -129,6 +129,10 @@ func (h *harness) drain() {
 		}
 	}
 	for _, wr := range rd.WatchResponses {
+		// As a driver does before it sends the response.
+		if err := exec.ReadPrev(h.ctx, h.eng, &wr); err != nil {
+			h.t.Fatalf("watch%d: reading previous values: %v", wr.ID, err)
+		}
 		for _, l := range h.watches {
 			if l.w.ID != wr.ID {
 				continue

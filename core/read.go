@@ -49,8 +49,10 @@ func recordAt(rd Reader, key []byte, latest *Record, rev int64) (*Record, error)
 	return found, err
 }
 
-// readLatest reads key's latest record, or nil.
-func readLatest(rd Reader, key []byte) (*Record, error) {
+// readLatestMeta reads key's latest record, or nil, without the value
+// of a live one (marked unread): what a write needs to know of a key is
+// there, and the value is a second read, of a history record.
+func readLatestMeta(rd Reader, key []byte) (*Record, error) {
 	v, ok, err := rd.Get(LatestKey(key))
 	if err != nil || !ok {
 		return nil, err
@@ -59,13 +61,21 @@ func readLatest(rd Reader, key []byte) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.Tombstone {
-		return &rec, nil
+	rec.Value, rec.unread = nil, !rec.Tombstone
+	return &rec, nil
+}
+
+// readLatest reads key's latest record, or nil.
+func readLatest(rd Reader, key []byte) (*Record, error) {
+	rec, err := readLatestMeta(rd, key)
+	if err != nil || !rec.alive() {
+		return rec, err
 	}
 	if rec.Value, err = valueOf(rd, key, rec.ModRev); err != nil {
 		return nil, err
 	}
-	return &rec, nil
+	rec.unread = false
+	return rec, nil
 }
 
 // readValues fills in the values of kvs, ascending by key, from their

@@ -26,6 +26,9 @@ type Record struct {
 	Version   int64
 	Lease     int64
 	Value     []byte
+	// unread: Value was not read (a latest record read for its
+	// metadata; entry.value reads it when it is needed).
+	unread bool
 }
 
 const flagTombstone = 1

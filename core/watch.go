@@ -27,6 +27,11 @@ type Watch struct {
 type WatchResponse struct {
 	ID     WatchID
 	Events []*mvccpb.Event
+	// Unread lists the Events whose PrevKv lacks the value, which the
+	// write did not read: the driver reads them (ReadPrevValues) before
+	// it sends the response. Events are shared with the ring and other
+	// watchers: they are replaced, never changed.
+	Unread []int
 	// Revision is the revision the watch is now synced to: it has been
 	// sent every event at or below it.
 	Revision int64
@@ -170,8 +175,11 @@ func (ws *watchers) add(w *watcher, rev int64, events []Event) {
 			continue
 		}
 		e := ev.Event
-		if e.PrevKv != nil && (!w.PrevKV || rev-1 < ws.compactRev) {
+		switch {
+		case e.PrevKv != nil && (!w.PrevKV || rev-1 < ws.compactRev):
 			e = &mvccpb.Event{Type: e.Type, Kv: e.Kv}
+		case ev.PrevUnread:
+			w.pending.Unread = append(w.pending.Unread, len(w.pending.Events))
 		}
 		w.pending.Events = append(w.pending.Events, e)
 	}

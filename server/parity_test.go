@@ -138,6 +138,68 @@ var parityCases = []struct {
 		note("the next put", headerOfPut(r), err)
 		return strings.Join(out, "\n"), nil
 	}},
+	{"a prev_kv watcher gets each event's previous version, from the ring and beyond it", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		withPrev := cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithPrevKV())
+		plain := cli.Watch(wctx, p, clientv3.WithPrefix())
+		var last int64
+		put := func(k, v string, opts ...clientv3.OpOption) error {
+			r, err := cli.Put(ctx, p+k, v, opts...)
+			if err == nil {
+				last = r.Header.Revision
+			}
+			return err
+		}
+		// More keys than the ring holds events (64 here), updated in
+		// rounds: a previous version is then out of the ring; the same
+		// key put twice in a row finds it in the ring.
+		for round := range 3 {
+			for k := range 80 {
+				if err := put(fmt.Sprintf("k%02d", k), fmt.Sprintf("r%d", round)); err != nil {
+					return "", err
+				}
+			}
+		}
+		for _, v := range []string{"x", "y"} {
+			if err := put("hot", v); err != nil {
+				return "", err
+			}
+		}
+		if err := put("k00", "", clientv3.WithIgnoreValue()); err != nil {
+			return "", err
+		}
+		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(p+"k01"), ">", 0)).Then(clientv3.OpPut(p+"k01", "cas")).Else(clientv3.OpGet(p + "k01")).Commit()
+		if err != nil {
+			return "", err
+		}
+		last = tr.Header.Revision
+		dr, err := cli.Delete(ctx, p+"k1", clientv3.WithPrefix())
+		if err != nil {
+			return "", err
+		}
+		last = dr.Header.Revision
+		var out []string
+		for _, ch := range []clientv3.WatchChan{withPrev, plain} {
+			var n int
+			for seen := int64(0); seen < last; {
+				wr, ok := <-ch
+				if !ok {
+					return "", fmt.Errorf("watch closed at %d of %d", seen, last)
+				}
+				if err := wr.Err(); err != nil {
+					return "", err
+				}
+				for _, ev := range wr.Events {
+					n++
+					seen = ev.Kv.ModRevision
+					out = append(out, fmt.Sprintf("%s {%s} prev {%s}", ev.Type, ev.Kv, ev.PrevKv))
+				}
+			}
+			out = append(out, fmt.Sprintf("%d events", n))
+		}
+		return strings.Join(out, "\n"), nil
+	}},
 }
 
 func header(r *clientv3.TxnResponse) *pb.ResponseHeader {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/storage/exec"
 )
 
 // watchStream is one client Watch stream: local watch IDs mapped to the
@@ -21,7 +22,7 @@ import (
 // watcher that falls too far behind is cut off there).
 type watchStream struct {
 	s      *Server
-	out    *driver.Outbox[*pb.WatchResponse]
+	out    *driver.Outbox[*watchOut]
 	local  map[int64]core.WatchID // stream ID → node ID
 	remote map[core.WatchID]int64
 	nextID int64
@@ -38,8 +39,17 @@ type watchStream struct {
 // stop ends the stream because leadership moved.
 func (ws *watchStream) stop() { ws.stopOnce.Do(func() { close(ws.stopped) }) }
 
+// watchOut is a response queued on a stream, with what the sender does
+// to it first: read the previous values its events lack (core's
+// WatchResponse.Unread), and split it for a watch created with fragment.
+type watchOut struct {
+	r        *pb.WatchResponse
+	unread   []int
+	fragment bool
+}
+
 // enqueue adds a response; called with s.mu held so order is the node's.
-func (ws *watchStream) enqueue(r *pb.WatchResponse) { ws.out.Push(r) }
+func (ws *watchStream) enqueue(r *pb.WatchResponse) { ws.out.Push(&watchOut{r: r}) }
 
 // deliver converts a node watch response; called with s.mu held.
 func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
@@ -64,11 +74,7 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 		r.Canceled, r.CompactRevision = true, wr.CompactRevision
 		ws.forget(wr.ID)
 	}
-	if ws.fragment[wr.ID] && len(r.Events) > 1 {
-		ws.out.Push(fragments(r, ws.s.cfg.MaxRequestBytes)...)
-		return
-	}
-	ws.enqueue(r)
+	ws.out.Push(&watchOut{r: r, unread: wr.Unread, fragment: ws.fragment[wr.ID] && len(r.Events) > 1})
 }
 
 // fragments splits a watch response larger than limit into parts of at
@@ -128,7 +134,7 @@ func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	if !w.s.Leading() {
 		return w.s.proxyWatch(stream)
 	}
-	ws := &watchStream{s: w.s, out: driver.NewOutbox[*pb.WatchResponse](w.s.cfg.WatchQueue), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
+	ws := &watchStream{s: w.s, out: driver.NewOutbox[*watchOut](w.s.cfg.WatchQueue), local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
 		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, stopped: make(chan struct{})}
 	defer w.s.step(func(n *core.Node) {
 		for id := range ws.remote {
@@ -194,15 +200,52 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, received
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		}
-		for _, r := range ws.out.Take() {
-			// Counted before Send so a client that has the events
-			// never sees a lower count.
-			if len(r.Events) > 0 {
-				w.s.metrics.etcd.eventsSent.Add(float64(len(r.Events)))
-			}
-			if err := stream.Send(r); err != nil {
+		for _, m := range ws.out.Take() {
+			if err := w.readPrev(stream.Context(), ws, m); err != nil {
 				return err
 			}
+			parts := []*pb.WatchResponse{m.r}
+			if m.fragment {
+				parts = fragments(m.r, w.s.cfg.MaxRequestBytes)
+			}
+			for _, r := range parts {
+				// Counted before Send so a client that has the events
+				// never sees a lower count.
+				if len(r.Events) > 0 {
+					w.s.metrics.etcd.eventsSent.Add(float64(len(r.Events)))
+				}
+				if err := stream.Send(r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// readPrev reads the previous values m's events lack, as etcd's send
+// loop reads them, trying again while the engine cannot answer: the
+// stream waits (and, should it fall too far behind, its watchers are cut
+// off as slow), it never sends an event without the prev_kv it owes.
+func (w watchServer) readPrev(ctx context.Context, ws *watchStream, m *watchOut) error {
+	if len(m.unread) == 0 {
+		return nil
+	}
+	wr := core.WatchResponse{Events: m.r.Events, Unread: m.unread}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, w.s.mcfg.EngineDeadline)
+		err := exec.ReadPrev(rctx, w.s.eng, &wr)
+		cancel()
+		if err == nil {
+			m.r.Events, m.unread = wr.Events, nil
+			return nil
+		}
+		w.s.log.Warn("reading watch events' previous values", "err", err, "retry-in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ws.stopped:
+			return errStreamMoved
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

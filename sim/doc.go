@@ -46,8 +46,8 @@
 // since the compaction and the versions alive at it; core invariants run
 // after every step, with one across nodes: a term is led by one node,
 // once. A crashed node's pending answers die with it. Config's BreakDrift,
-// SkipConflictChecks, DealEagerly, EarlyLeaseGone, StaleAuthReads and
-// KeepGenOnFailedAuth break an assumption or plant a bug, for tests that
+// SkipConflictChecks, DealEagerly, EarlyLeaseGone, StaleAuthReads,
+// KeepGenOnFailedAuth and SkipPrevReads break an assumption or plant a bug, for tests that
 // prove the checkers see what they are for. cmd/axon's `axon sim` runs one
 // seed or a swarm.
 package sim

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"context"
 	"time"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/storage/exec"
 )
 
 // idempotent lists the node-to-node messages a network may duplicate:
@@ -197,7 +199,20 @@ func (n *node) flush(sub *watchSub) {
 			n.flush(sub)
 			return
 		}
-		for _, wr := range sub.out.Take() {
+		sub.taken = append(sub.taken, sub.out.Take()...)
+		for len(sub.taken) > 0 {
+			// As the server's sender: read the previous values the
+			// events lack, from the engine, before sending.
+			if n.w.cfg.SkipPrevReads {
+				sub.taken[0].Unread = nil
+			}
+			if err := exec.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {
+				n.w.note("%s: watch of c%d waits for previous values: %v", n.name, sub.c.idx, err)
+				n.w.after(n.latency()+time.Millisecond, "watch-retry", func() { n.flush(sub) })
+				return
+			}
+			wr := sub.taken[0]
+			sub.taken = sub.taken[1:]
 			sub.c.watchResponse(sub.cw, wr)
 		}
 	})

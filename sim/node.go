@@ -46,6 +46,10 @@ type watchSub struct {
 	// flushing says a send of what it holds is scheduled.
 	out      *driver.Outbox[core.WatchResponse]
 	flushing bool
+	// taken holds what a flush took from out and has not sent yet: a
+	// response whose previous values could not be read waits, with
+	// everything after it, for the next try.
+	taken []core.WatchResponse
 }
 
 func newNode(w *World, idx int) *node {

@@ -46,6 +46,11 @@ type Config struct {
 	// from before the change can become its trusted copy; the auth check
 	// should then find a permission the landed change revoked honoured.
 	KeepGenOnFailedAuth bool
+	// SkipPrevReads plants a bug in the watch sender: it sends events
+	// without reading the previous values their writes left unread
+	// (exec.ReadPrev), as a driver that forgot that step would; the
+	// watch check should then find prev_kv without its value.
+	SkipPrevReads bool
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on

@@ -142,6 +142,24 @@ func TestSkippedConflictCheckIsCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.SkipConflictChecks = 0 })
 }
 
+// TestSkippedPrevReadsAreCaught plants a watch sender that forgets to
+// read the previous values a write left unread: events go out with a
+// prev_kv that names the right version but holds no value. The watch
+// check must find it at once; the seed must replay bit for bit, and pass
+// without the plant.
+func TestSkippedPrevReadsAreCaught(t *testing.T) {
+	cfg := Config{Ops: 500, SkipPrevReads: true}
+	r, ok := firstFailure(1, 20, cfg)
+	if !ok {
+		t.Fatal("20 seeds sending unread previous values all passed: the watch check sees no prev_kv")
+	}
+	if !strings.Contains(r.Err.Error(), "prev_kv") {
+		t.Errorf("seed %d failed otherwise than by a wrong prev_kv: %v", r.Seed, r.Err)
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.SkipPrevReads = false })
+}
+
 // TestEagerDealingIsCaught plants the bug class the kube-apiserver suite
 // found: the driver deals every request a revision before evaluating it,
 // so a failed compare, a delete of a missing key or a lease expiry with

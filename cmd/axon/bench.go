@@ -112,6 +112,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.ChurnObjects, "churn-objects", sc.ChurnObjects, "churn: objects churned")
 	fl.DurationVar(&sc.ChurnTime, "churn-time", sc.ChurnTime, "churn: how long, before the defragmentation")
 	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
+	fl.BoolVar(&sc.ChurnWatch, "churn-watch", false, "churn: also run a kube-apiserver-like watcher: one watch with prev_kv over the whole churned prefix, reading every event")
 	fl.IntSliceVar(&sc.KeysCounts, "keys-counts", sc.KeysCounts, "keys: key counts measured at, ascending")
 	fl.Int64Var(&sc.EtcdQuota, "etcd-quota-bytes", sc.EtcdQuota, "churn and keys: etcd's backend quota (its recommended maximum; its default is 2 GiB)")
 	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")

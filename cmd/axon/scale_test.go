@@ -11,15 +11,15 @@ import (
 	"github.com/axon-kv/axon/internal/cgroup"
 )
 
-// runScaleQuick runs `axon bench --scale <scenario> --quick` on both
-// systems, the servers in memory cgroups if inCgroup, and returns its
-// report and table.
-func runScaleQuick(t *testing.T, scenario string, inCgroup bool) (*bench.ScaleReport, string) {
+// runScaleQuick runs `axon bench --scale <scenario> --quick` and flags
+// on both systems, the servers in memory cgroups if inCgroup, and returns
+// its report and table.
+func runScaleQuick(t *testing.T, scenario string, inCgroup bool, flags ...string) (*bench.ScaleReport, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary and runs two servers")
 	}
-	args := []string{"--scale", scenario, "--quick"}
+	args := append([]string{"--scale", scenario, "--quick"}, flags...)
 	switch {
 	case !inCgroup:
 		args = append(args, "--memory-limit-mib", "0")
@@ -112,23 +112,32 @@ func TestScaleStormQuickIsSane(t *testing.T) {
 	}
 }
 
+// liveChurns returns the churn result of each system whose server lived;
+// one that exited must have been OOM-killed.
+func liveChurns(t *testing.T, rep *bench.ScaleReport) map[string]*bench.ChurnResult {
+	t.Helper()
+	live := map[string]*bench.ChurnResult{}
+	for _, sys := range []string{"axon", "etcd"} {
+		r := rep.Churn[sys]
+		switch {
+		case r == nil:
+			t.Fatalf("no churn result for %s", sys)
+		case r.Exited == "":
+			live[sys] = r
+		case r.OOMKills == 0:
+			t.Errorf("%s exited (%s) without an OOM kill", sys, r.Exited)
+		}
+	}
+	return live
+}
+
 // TestScaleChurnQuickIsSane runs the churn scaled down: a window per
 // compaction interval, each with writes and a disk size, and a
 // defragmentation under the writes that neither fails nor fails them.
 func TestScaleChurnQuickIsSane(t *testing.T) {
 	rep, table := runScaleQuick(t, bench.ScaleChurn, true)
 	q := bench.QuickScale()
-	for _, sys := range []string{"axon", "etcd"} {
-		r := rep.Churn[sys]
-		if r == nil {
-			t.Fatalf("no churn result for %s", sys)
-		}
-		if r.Exited != "" {
-			if r.OOMKills == 0 {
-				t.Errorf("%s exited (%s) without an OOM kill", sys, r.Exited)
-			}
-			continue
-		}
+	for sys, r := range liveChurns(t, rep) {
 		if want := int(q.ChurnTime / q.ChurnWindow); len(r.Windows) != want {
 			t.Fatalf("%s: %d windows, want %d", sys, len(r.Windows), want)
 		}
@@ -144,8 +153,51 @@ func TestScaleChurnQuickIsSane(t *testing.T) {
 		if r.LongestStallMs < r.DefragP99Ms {
 			t.Errorf("%s: the longest write overlapping the defragmentation (%v ms) is shorter than their p99 (%v ms)", sys, r.LongestStallMs, r.DefragP99Ms)
 		}
+		if r.Watch != nil {
+			t.Errorf("%s: a watcher result without --churn-watch", sys)
+		}
 	}
-	for _, want := range []string{"window 3: write p99", "defragmentation took", "longest write overlapping it"} {
+	for _, want := range []string{"window 3: write p99", "defragmentation took", "longest write overlapping it", "no watcher"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+// TestScaleChurnWatchQuickIsSane runs the churn scaled down with the
+// kube-apiserver-like watcher: a server that lives must deliver an event
+// per acknowledged write (and none for a write that surely failed), with
+// the values and prev_kv that were written, and its watch must last.
+func TestScaleChurnWatchQuickIsSane(t *testing.T) {
+	rep, table := runScaleQuick(t, bench.ScaleChurn, true, "--churn-watch")
+	for sys, r := range liveChurns(t, rep) {
+		w := r.Watch
+		if w == nil {
+			t.Fatalf("%s: no watcher result", sys)
+		}
+		if w.Error != "" {
+			t.Errorf("%s: watch error: %s", sys, w.Error)
+		}
+		if w.Events == 0 || w.Events < w.AckedWrites || w.Events > w.AckedWrites+w.UnsureWrites {
+			t.Errorf("%s: %d events for %d acked writes and %d of unknown outcome", sys, w.Events, w.AckedWrites, w.UnsureWrites)
+		}
+		if w.PrevChecked == 0 || w.ValuesChecked == 0 {
+			t.Errorf("%s: %d values and %d prev_kv checked against the samples, want some of each", sys, w.ValuesChecked, w.PrevChecked)
+		}
+		if w.ValuesWrong != 0 || w.PrevWrong != 0 || w.OutOfOrder != 0 {
+			t.Errorf("%s: %d values, %d prev_kv wrong, %d events out of order (first: %s)", sys, w.ValuesWrong, w.PrevWrong, w.OutOfOrder, w.FirstWrong)
+		}
+		var perWindow int64
+		for _, win := range r.Windows {
+			perWindow += win.WatchEvents
+		}
+		if perWindow == 0 || perWindow > w.Events {
+			t.Errorf("%s: %d events in the windows of %d in all", sys, perWindow, w.Events)
+		}
+		t.Logf("%s: %d events, %d acked, %d unsure, %d/%d checked, %d prev_kv missing, %d behind at the end, caught up in %.3fs",
+			sys, w.Events, w.AckedWrites, w.UnsureWrites, w.ValuesChecked, w.PrevChecked, w.PrevMissing, w.LagRevisions, w.CatchUpSeconds)
+	}
+	for _, want := range []string{"a kube-apiserver-like watcher", "watcher: events received", "watcher: prev_kv wrong", "watcher: prev_kv missing", "window 1: watcher events"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -216,6 +268,9 @@ func TestBenchOptionsFromFlags(t *testing.T) {
 		}},
 		{"the storm's control", []string{"--quick", "--scale", "storm", "--storm-unwatched"}, func(o bench.Options) bool {
 			return o.Scale.StormUnwatched && o.Scale.StormClients == q.StormClients
+		}},
+		{"the churn's watcher", []string{"--quick", "--scale", "churn", "--churn-watch"}, func(o bench.Options) bool {
+			return o.Scale.ChurnWatch && o.Scale.ChurnTime == q.ChurnTime
 		}},
 		{"full mode is issue 25's", []string{"--scale", "lists"}, func(o bench.Options) bool {
 			return o.Scale.MemoryLimit == 1<<30 && o.Scale.ListObjects == 100000 && o.Scale.Listers == 16 && o.Scale.Writers == 64

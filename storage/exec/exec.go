@@ -183,6 +183,24 @@ func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) (
 	return core.ReadEvents(storage.NewReader(txn), w.From, w.To, limit)
 }
 
+// ReadPrev reads the previous values wr's events lack (core.ReadPrevValues),
+// in one engine snapshot, batched where the engine can.
+func ReadPrev(ctx context.Context, eng storage.Engine, wr *core.WatchResponse) error {
+	if len(wr.Unread) == 0 {
+		return nil
+	}
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer txn.Rollback()
+	rd, err := Reader(txn, core.PrevLookahead(wr))
+	if err != nil {
+		return err
+	}
+	return core.ReadPrevValues(rd, wr)
+}
+
 // Reader returns the reader to evaluate against txn. On an engine that
 // runs reads at once (storage.BatchReader) it first issues la's reads in
 // one batch and answers them from memory (and remembers every later

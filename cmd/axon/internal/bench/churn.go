@@ -32,6 +32,9 @@ type ChurnWindow struct {
 	// after its compaction; CompactMs how long that compaction took.
 	DiskBytes int64   `json:"disk_bytes"`
 	CompactMs float64 `json:"compact_ms"`
+	// WatchEvents are the events the watcher (ChurnWatch) received in the
+	// window.
+	WatchEvents int64 `json:"watch_events,omitempty"`
 }
 
 // ChurnResult is one system's outcome of the long churn and the
@@ -56,6 +59,8 @@ type ChurnResult struct {
 	DefragErrorCodes map[string]int64 `json:"defrag_error_codes,omitempty"`
 	LongestStallMs   float64          `json:"longest_stall_ms"`
 	DiskBytesAfter   int64            `json:"disk_bytes_after_defrag"`
+	// Watch is the kube-apiserver-like watcher's outcome, with ChurnWatch.
+	Watch *ChurnWatch `json:"watch,omitempty"`
 }
 
 // churnKeys is one churner's share of the key space: which keys exist at
@@ -98,7 +103,8 @@ func (c *churnKeys) set(k int, rev int64) {
 // clients updating (60 %), deleting (20 %) and creating (20 %) them for
 // ChurnTime with a compaction every ChurnWindow to the revision of the
 // one before (as kube-apiserver compacts), then a defragmentation while
-// the writes go on.
+// the writes go on. With ChurnWatch a watcher reads every event of the
+// churn with prev_kv, as kube-apiserver does, and checks them.
 func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	o := r.o.Scale
 	res := &ChurnResult{MemoryLimitBytes: o.MemoryLimit}
@@ -107,7 +113,8 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		return nil, err
 	}
 	defer done()
-	key := keyFunc("/bench/churn/")
+	const prefix = "/bench/churn/"
+	key := keyFunc(prefix)
 	r.log.Info("loading", "objects", o.ChurnObjects)
 	revs, err := r.load(ctx, clis, o.ChurnObjects, o.ListObjectSize, key)
 	if err != nil {
@@ -131,6 +138,8 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	var (
 		acks                = make([][]ack, o.Writers)
 		errs, defragErrs    codeTally
+		unsure              atomic.Int64 // failed writes that may have been done
+		cw                  *churnWatcher
 		defragging          atomic.Bool
 		halt                atomic.Bool
 		sent                atomic.Int64
@@ -139,6 +148,15 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		compactRev, lastRev int64
 	)
 	defer cancel()
+	if lastRev, err = currentRev(ctx, clis[0]); err != nil {
+		return nil, err
+	}
+	if o.ChurnWatch {
+		if cw, err = r.startChurnWatch(ctx, s, prefix, lastRev); err != nil {
+			return nil, err
+		}
+		defer cw.stop()
+	}
 	for g := range o.Writers {
 		wg.Go(func() {
 			wk := newWorker(3<<20+g, o.ListObjectSize)
@@ -146,8 +164,11 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 			for wctx.Err() == nil && !halt.Load() && sent.Add(1) <= int64(o.MaxWrites) {
 				d := defragging.Load()
 				t0 := time.Now()
-				err := r.churnOp(wctx, cli, wk, shares[g], key)
+				err := r.churnOp(wctx, cli, wk, shares[g], key, cw)
 				took := time.Since(t0)
+				if err != nil && !errors.Is(err, errNoKey) && !errors.Is(err, errCompareLost) {
+					unsure.Add(1)
+				}
 				switch {
 				case errors.Is(err, errNoKey):
 					continue // not an op: the next draws again
@@ -172,13 +193,10 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		return all
 	}
 
-	if lastRev, err = currentRev(ctx, clis[0]); err != nil {
-		stopWrites()
-		return nil, err
-	}
-	r.log.Info("churning", "writers", o.Writers, "for", o.ChurnTime, "compaction-every", o.ChurnWindow)
+	r.log.Info("churning", "writers", o.Writers, "for", o.ChurnTime, "compaction-every", o.ChurnWindow, "watcher", o.ChurnWatch)
 	var compactTook []time.Duration
-	var cpuAt []float64 // the server's CPU seconds at each window's end
+	var cpuAt []float64  // the server's CPU seconds at each window's end
+	var eventsAt []int64 // the watcher's events at each window's end
 	cpu0, _ := procCPU(s.pid())
 	for w := o.ChurnWindow; w <= o.ChurnTime && s.running(); w += o.ChurnWindow {
 		select {
@@ -191,6 +209,9 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		}
 		cpu, _ := procCPU(s.pid())
 		cpuAt = append(cpuAt, cpu)
+		if cw != nil {
+			eventsAt = append(eventsAt, cw.events.Load())
+		}
 		compactRev, lastRev = lastRev, 0
 		t0 := time.Now()
 		cctx, ccancel := context.WithTimeout(ctx, readyTimeout)
@@ -225,6 +246,17 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	case <-ctx.Done():
 	}
 	all := stopWrites()
+	if cw != nil {
+		// Every write has been answered: the watcher is to reach the
+		// server's revision now.
+		to, err := currentRev(ctx, clis[0])
+		if err != nil {
+			to = 0 // the server is gone: its fate says so
+		}
+		res.Watch = cw.finish(to, int64(len(all)), unsure.Load())
+		r.log.Info("watcher done", "events", res.Watch.Events, "acked-writes", res.Watch.AckedWrites, "prev-checked", res.Watch.PrevChecked,
+			"prev-wrong", res.Watch.PrevWrong, "prev-missing", res.Watch.PrevMissing, "lag", res.Watch.LagRevisions, "error", res.Watch.Error)
+	}
 	res.DiskBytesAfter = dirBytes(s.dir)
 	if res.fate, err = r.readFate(s, mem); err != nil {
 		return nil, err
@@ -243,6 +275,12 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 				prev = cpuAt[i-1]
 			}
 			res.Windows[i].CPUPer1k = (cpuAt[i] - prev) / float64(len(ds)) * 1000
+		}
+		if i < len(eventsAt) {
+			res.Windows[i].WatchEvents = eventsAt[i]
+			if i > 0 {
+				res.Windows[i].WatchEvents -= eventsAt[i-1]
+			}
 		}
 		from = to
 	}
@@ -270,18 +308,24 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 // update or delete): not a write, and not timed.
 var errNoKey = errors.New("no key for this op")
 
+// errCompareLost is a CAS that lost its compare: an error, but surely
+// not a write.
+var errCompareLost = errors.New("compare lost")
+
 // churnOp does one write of w's share: update, delete or create by CAS on
 // the revision w knows. After a lost compare or an error of unknown
-// outcome it reads the key again.
-func (r *runner) churnOp(ctx context.Context, cli *clientv3.Client, wk *worker, keys *churnKeys, key func(int) string) error {
+// outcome it reads the key again. A put done is sampled for cw, if any.
+func (r *runner) churnOp(ctx context.Context, cli *clientv3.Client, wk *worker, keys *churnKeys, key func(int) string, cw *churnWatcher) error {
 	var (
 		k  int
 		op clientv3.Op
+		v  string
 	)
 	switch p := wk.rng.IntN(10); {
 	case p < 6:
 		if k = keys.draw(wk, true); k >= 0 {
-			op = clientv3.OpPut(key(k), wk.value())
+			v = wk.value()
+			op = clientv3.OpPut(key(k), v)
 		}
 	case p < 8:
 		if k = keys.draw(wk, true); k >= 0 {
@@ -289,7 +333,8 @@ func (r *runner) churnOp(ctx context.Context, cli *clientv3.Client, wk *worker, 
 		}
 	default:
 		if k = keys.draw(wk, false); k >= 0 {
-			op = clientv3.OpPut(key(k), wk.value())
+			v = wk.value()
+			op = clientv3.OpPut(key(k), v)
 		}
 	}
 	if k < 0 {
@@ -306,11 +351,12 @@ func (r *runner) churnOp(ctx context.Context, cli *clientv3.Client, wk *worker, 
 		return err
 	case !resp.Succeeded:
 		keys.set(k, modRev((*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())))
-		return fmt.Errorf("%s: compare lost", key(k))
+		return fmt.Errorf("%s: %w", key(k), errCompareLost)
 	case op.IsDelete():
 		keys.set(k, 0)
 	default:
 		keys.set(k, resp.Header.Revision)
+		cw.sample(key(k), resp.Header.Revision, v)
 	}
 	return nil
 }

@@ -64,6 +64,10 @@ type ScaleOptions struct {
 	ChurnObjects int           // objects churned
 	ChurnTime    time.Duration // how long, before the defragmentation
 	ChurnWindow  time.Duration // compaction interval, and the window of the figures
+	// ChurnWatch also runs a kube-apiserver-like watcher: one watch with
+	// prev_kv over the whole churned prefix, reading every event and
+	// checking the values and prev_kv of a sample of the writes.
+	ChurnWatch bool
 
 	KeysCounts    []int // key counts measured at, ascending
 	KeysNamespace int   // objects per namespace, the LIST measured

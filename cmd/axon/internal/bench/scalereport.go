@@ -42,9 +42,13 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(rep.Churn) > 0 {
-		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s; etcd's quota %s\n",
-			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, inCgroup(o.MemoryLimit), fmtBytes(o.EtcdQuota))
-		if err := rep.table(w, churnMetrics(rep.Churn)); err != nil {
+		watcher := "no watcher"
+		if o.ChurnWatch {
+			watcher = fmt.Sprintf("a kube-apiserver-like watcher reads every event with prev_kv (one watch on the whole prefix) and checks those of 1 write in %d", sampleEvery)
+		}
+		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s; %s; etcd's quota %s\n",
+			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, watcher, inCgroup(o.MemoryLimit), fmtBytes(o.EtcdQuota))
+		if err := rep.table(w, churnMetrics(rep.Churn, o.ChurnWatch)); err != nil {
 			return err
 		}
 	}
@@ -162,7 +166,7 @@ func stormMetrics(res map[string]*StormResult) []metric {
 	}...)
 }
 
-func churnMetrics(res map[string]*ChurnResult) []metric {
+func churnMetrics(res map[string]*ChurnResult, watch bool) []metric {
 	type R = ChurnResult
 	ms := fateMetrics(res, func(r *R) fate { return r.fate })
 	n := 0
@@ -185,8 +189,11 @@ func churnMetrics(res map[string]*ChurnResult) []metric {
 			metric{name: fmt.Sprintf("window %d: writes", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.Ops) }), show: fmtCount},
 			metric{name: fmt.Sprintf("window %d: disk after compaction", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.DiskBytes) }), show: showBytes},
 			metric{name: fmt.Sprintf("window %d: compaction took", i+1), val: window(i, func(w ChurnWindow) float64 { return w.CompactMs }), show: fmtMs})
+		if watch {
+			ms = append(ms, metric{name: fmt.Sprintf("window %d: watcher events", i+1), val: window(i, func(w ChurnWindow) float64 { return float64(w.WatchEvents) }), show: fmtCount})
+		}
 	}
-	return append(ms, []metric{
+	ms = append(ms, []metric{
 		{name: "last window's p99 / first's", val: num(res, func(r *R) float64 { return r.LastOverFst }), show: fmtRatio},
 		{name: "churn errors", text: text(res, func(r *R) string { return withCodes(r.Errors, r.ErrorCodes) })},
 		{name: "defragmentation took", val: num(res, func(r *R) float64 { return r.DefragSeconds }), show: fmtSec},
@@ -197,6 +204,45 @@ func churnMetrics(res map[string]*ChurnResult) []metric {
 		{name: "longest write overlapping it", val: num(res, func(r *R) float64 { return r.LongestStallMs }), show: fmtMs},
 		{name: "disk after it", val: num(res, func(r *R) float64 { return float64(r.DiskBytesAfter) }), show: showBytes},
 	}...)
+	if watch {
+		ms = append(ms, watchMetrics(res)...)
+	}
+	return ms
+}
+
+// watchMetrics are the churn watcher's lines.
+func watchMetrics(res map[string]*ChurnResult) []metric {
+	type W = ChurnWatch
+	w := map[string]*W{}
+	for s, r := range res {
+		w[s] = r.Watch
+	}
+	n := func(f func(*W) int64) func(string) float64 {
+		return num(w, func(r *W) float64 { return float64(f(r)) })
+	}
+	return []metric{
+		{name: "watcher: error", text: text(w, func(r *W) string { return orDash(r.Error) })},
+		{name: "watcher: events received", val: n(func(r *W) int64 { return r.Events }), show: fmtCount},
+		{name: "watcher: writes acked", val: n(func(r *W) int64 { return r.AckedWrites }), show: fmtCount},
+		{name: "watcher: writes of unknown outcome", val: n(func(r *W) int64 { return r.UnsureWrites }), show: fmtCount},
+		{name: "watcher: events vs writes", text: text(w, func(r *W) string {
+			switch {
+			case r.Events < r.AckedWrites:
+				return fmt.Sprintf("%d fewer than acked", r.AckedWrites-r.Events)
+			case r.Events > r.AckedWrites+r.UnsureWrites:
+				return fmt.Sprintf("%d more than written", r.Events-r.AckedWrites-r.UnsureWrites)
+			}
+			return "ok"
+		})},
+		{name: "watcher: values checked (event / prev_kv)", text: text(w, func(r *W) string { return fmt.Sprintf("%d / %d", r.ValuesChecked, r.PrevChecked) })},
+		{name: "watcher: event values wrong", val: n(func(r *W) int64 { return r.ValuesWrong }), show: fmtCount},
+		{name: "watcher: prev_kv wrong", val: n(func(r *W) int64 { return r.PrevWrong }), show: fmtCount},
+		{name: "watcher: events out of order", val: n(func(r *W) int64 { return r.OutOfOrder }), show: fmtCount},
+		{name: "watcher: first wrong", text: text(w, func(r *W) string { return orDash(r.FirstWrong) })},
+		{name: "watcher: prev_kv missing (compacted?)", val: n(func(r *W) int64 { return r.PrevMissing }), show: fmtCount},
+		{name: "watcher: revisions behind when the writes stopped", val: n(func(r *W) int64 { return r.LagRevisions }), show: fmtCount},
+		{name: "watcher: caught up after", val: num(w, func(r *W) float64 { return r.CatchUpSeconds }), show: fmtSec},
+	}
 }
 
 func keysMetrics(res map[string]*KeysResult, counts []int) []metric {
