@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,8 +17,9 @@ import (
 // previous version's own event (Ring.fillPrev, at commit); otherwise a
 // watcher that asked for prev_kv gets a response listing the events to
 // fill (WatchResponse.Unread), and the driver reads them from the engine
-// before it sends it (ReadPrevValues), off the write path. A previous
-// version compacted by then is dropped, as etcd drops it.
+// before it sends it (ReadPrevValues), off the write path, for all the
+// responses a stream has queued in one snapshot. A previous version
+// compacted by then is dropped, as etcd drops it.
 
 // fillPrev fills ev's unread previous value from the ring, if the ring
 // holds the event that wrote that version.
@@ -53,46 +55,45 @@ func (r *Ring) valueAt(key []byte, rev int64) ([]byte, bool) {
 	return nil, false
 }
 
-// PrevLookahead predicts the reads of ReadPrevValues for wr.
-func PrevLookahead(wr *WatchResponse) Lookahead {
+// PrevLookahead predicts the reads of ReadPrevValues for wrs.
+func PrevLookahead(wrs ...*WatchResponse) Lookahead {
 	var la Lookahead
-	if len(wr.Unread) == 0 {
-		return la
-	}
-	la.Gets = append(la.Gets, MetaKey(MetaCompact))
-	for _, i := range wr.Unread {
-		p := wr.Events[i].PrevKv
-		la.Gets = append(la.Gets, HistoryKey(p.Key, p.ModRevision))
+	for _, wr := range wrs {
+		for _, i := range wr.Unread {
+			p := wr.Events[i].PrevKv
+			la.Gets = append(la.Gets, HistoryKey(p.Key, p.ModRevision))
+		}
 	}
 	return la
 }
 
 // ReadPrevValues reads from rd the previous values wr's events lack
 // (WatchResponse.Unread), replacing each such event by a copy with the
-// value, or without prev_kv where the previous revision is compacted in
-// rd, as etcd sends it. wr then lists nothing unread.
+// value; wr then lists nothing unread. A previous version whose history
+// record is gone was compacted (the sweep deletes a version only once a
+// newer one at or below the compact revision supersedes it, and the
+// event's own is one): its event goes without prev_kv, as etcd sends it.
 func ReadPrevValues(rd Reader, wr *WatchResponse) error {
 	if len(wr.Unread) == 0 {
 		return nil
 	}
-	compacted, err := ReadCompacted(rd)
-	if err != nil {
-		return err
-	}
 	events := append([]*mvccpb.Event(nil), wr.Events...)
 	for _, i := range wr.Unread {
 		ev := events[i]
-		rev := ev.Kv.ModRevision
-		if rev-1 < compacted {
+		p := ev.PrevKv
+		v, ok, err := rd.Get(HistoryKey(p.Key, p.ModRevision))
+		if err != nil {
+			return fmt.Errorf("the value of %q before revision %d: %w", p.Key, ev.Kv.ModRevision, err)
+		}
+		if !ok {
 			events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 			continue
 		}
-		p := ev.PrevKv
-		v, err := valueOf(rd, p.Key, p.ModRevision)
+		rec, err := DecodeRecord(v)
 		if err != nil {
-			return fmt.Errorf("the value of %q before revision %d: %w", p.Key, rev, err)
+			return err
 		}
-		events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &mvccpb.KeyValue{Key: p.Key, Value: v,
+		events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &mvccpb.KeyValue{Key: p.Key, Value: bytes.Clone(rec.Value),
 			CreateRevision: p.CreateRevision, ModRevision: p.ModRevision, Version: p.Version, Lease: p.Lease}}
 	}
 	wr.Events, wr.Unread = events, nil

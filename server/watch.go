@@ -200,10 +200,11 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, received
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		}
-		for _, m := range ws.out.Take() {
-			if err := w.readPrev(stream.Context(), ws, m); err != nil {
-				return err
-			}
+		msgs := ws.out.Take()
+		if err := w.readPrev(stream.Context(), ws, msgs); err != nil {
+			return err
+		}
+		for _, m := range msgs {
 			parts := []*pb.WatchResponse{m.r}
 			if m.fragment {
 				parts = fragments(m.r, w.s.cfg.MaxRequestBytes)
@@ -222,22 +223,27 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *watchStream, received
 	}
 }
 
-// readPrev reads the previous values m's events lack, as etcd's send
-// loop reads them, trying again while the engine cannot answer: the
-// stream waits (and, should it fall too far behind, its watchers are cut
-// off as slow), it never sends an event without the prev_kv it owes.
-func (w watchServer) readPrev(ctx context.Context, ws *watchStream, m *watchOut) error {
-	if len(m.unread) == 0 {
+// readPrev reads the previous values the events of msgs lack, as etcd's
+// send loop reads them, in one engine snapshot, trying again while the
+// engine cannot answer: the stream waits (and, should it fall too far
+// behind, its watchers are cut off as slow), it never sends an event
+// without the prev_kv it owes.
+func (w watchServer) readPrev(ctx context.Context, ws *watchStream, msgs []*watchOut) error {
+	var wrs []*core.WatchResponse
+	for _, m := range msgs {
+		if len(m.unread) > 0 {
+			wrs = append(wrs, &core.WatchResponse{Events: m.r.Events, Unread: m.unread})
+		}
+	}
+	if len(wrs) == 0 {
 		return nil
 	}
-	wr := core.WatchResponse{Events: m.r.Events, Unread: m.unread}
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		rctx, cancel := context.WithTimeout(ctx, w.s.mcfg.EngineDeadline)
-		err := exec.ReadPrev(rctx, w.s.eng, &wr)
+		err := exec.ReadPrev(rctx, w.s.eng, wrs...)
 		cancel()
 		if err == nil {
-			m.r.Events, m.unread = wr.Events, nil
-			return nil
+			break
 		}
 		w.s.log.Warn("reading watch events' previous values", "err", err, "retry-in", wait)
 		select {
@@ -248,6 +254,14 @@ func (w watchServer) readPrev(ctx context.Context, ws *watchStream, m *watchOut)
 			return ctx.Err()
 		}
 	}
+	i := 0
+	for _, m := range msgs {
+		if len(m.unread) > 0 {
+			m.r.Events, m.unread = wrs[i].Events, nil
+			i++
+		}
+	}
+	return nil
 }
 
 func (w watchServer) create(ws *watchStream, c *pb.WatchCreateRequest) {

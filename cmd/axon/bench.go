@@ -25,6 +25,7 @@ type benchFlags struct {
 	scale     string
 	memoryMiB int64
 	jsonPath  string
+	axonBin   string
 	tikv      tikvBenchFlags
 }
 
@@ -118,6 +119,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
 	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
 	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
+	fl.StringVar(&f.axonBin, "axon-binary", "", "the axon binary whose `axon serve` is measured (default: this one), for A/B runs of two builds")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd, &f, &o
@@ -197,9 +199,11 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the axon binary: %w", err)
+	exe := f.axonBin
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the axon binary: %w", err)
+		}
 	}
 	o.Binary = exe
 	o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))

@@ -183,10 +183,12 @@ func CatchUp(ctx context.Context, eng storage.Engine, w *core.Work, limit int) (
 	return core.ReadEvents(storage.NewReader(txn), w.From, w.To, limit)
 }
 
-// ReadPrev reads the previous values wr's events lack (core.ReadPrevValues),
-// in one engine snapshot, batched where the engine can.
-func ReadPrev(ctx context.Context, eng storage.Engine, wr *core.WatchResponse) error {
-	if len(wr.Unread) == 0 {
+// ReadPrev reads the previous values the events of wrs lack
+// (core.ReadPrevValues), in one engine snapshot, batched where the engine
+// can.
+func ReadPrev(ctx context.Context, eng storage.Engine, wrs ...*core.WatchResponse) error {
+	la := core.PrevLookahead(wrs...)
+	if len(la.Gets) == 0 {
 		return nil
 	}
 	txn, err := eng.Begin(ctx)
@@ -194,11 +196,16 @@ func ReadPrev(ctx context.Context, eng storage.Engine, wr *core.WatchResponse) e
 		return err
 	}
 	defer txn.Rollback()
-	rd, err := Reader(txn, core.PrevLookahead(wr))
+	rd, err := Reader(txn, la)
 	if err != nil {
 		return err
 	}
-	return core.ReadPrevValues(rd, wr)
+	for _, wr := range wrs {
+		if err := core.ReadPrevValues(rd, wr); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Reader returns the reader to evaluate against txn. On an engine that
