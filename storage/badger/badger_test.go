@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,15 +31,34 @@ func quiet() Options {
 
 func open(t testing.TB, dir string) *Engine {
 	t.Helper()
-	e, err := Open(dir, quiet())
+	return openWith(t, dir, quiet())
+}
+
+func openWith(t testing.TB, dir string, opts Options) *Engine {
+	t.Helper()
+	e, err := Open(dir, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	return e
 }
 
+// valuesInTheLog opens engines that keep values over 256 bytes in the
+// value log (--badger-value-threshold 256).
+func valuesInTheLog() Options {
+	o := quiet()
+	o.ValueThreshold = 256
+	return o
+}
+
 func TestConformance(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Engine { return open(t, t.TempDir()) })
+}
+
+// TestConformanceValuesInTheLog runs the contract with the values in the
+// value log, the tables holding pointers.
+func TestConformanceValuesInTheLog(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Engine { return openWith(t, t.TempDir(), valuesInTheLog()) })
 }
 
 // TestConformancePruningEveryGroup runs the suite with the conflict state
@@ -329,10 +350,16 @@ func BenchmarkCommitParallel(b *testing.B) {
 
 // TestDefragGivesBackSpace: 60 MiB of incompressible values, deleted,
 // stay on disk until Defrag, which gives the space back while a reader
-// and a writer go on; what was not deleted is still there.
+// and a writer go on; what was not deleted is still there. So with the
+// values in the tables and in the value log.
 func TestDefragGivesBackSpace(t *testing.T) {
+	t.Run("values in the tables", func(t *testing.T) { testDefragGivesBackSpace(t, quiet()) })
+	t.Run("values in the log", func(t *testing.T) { testDefragGivesBackSpace(t, valuesInTheLog()) })
+}
+
+func testDefragGivesBackSpace(t *testing.T, opts Options) {
 	dir := t.TempDir()
-	e := open(t, dir)
+	e := openWith(t, dir, opts)
 	defer e.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	value := func() []byte {
@@ -488,5 +515,54 @@ func TestSizeShowsWritesAtOnce(t *testing.T) {
 	}
 	if got := e.Size(); got < n*size {
 		t.Errorf("Size after writing %d bytes: %d", n*size, got)
+	}
+}
+
+// TestValueThresholdKeepsValuesOutOfTheTables: with a threshold below
+// the values, the tables hold pointers and the values survive a reopen
+// from the value log; by default the tables hold the values.
+func TestValueThresholdKeepsValuesOutOfTheTables(t *testing.T) {
+	const keys, size = 2000, 1 << 10
+	value := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8), 7}, size/3) }
+	for _, tc := range []struct {
+		name     string
+		opts     Options
+		min, max float64 // tables' bytes over the values'
+	}{
+		{"default", quiet(), 0.9, 10},
+		{"threshold 256", valuesInTheLog(), 0, 0.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := openWith(t, dir, tc.opts)
+			for i := range keys {
+				set(t, e, fmt.Appendf(nil, "k%05d", i), value(i))
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e = openWith(t, dir, tc.opts)
+			defer e.Close()
+			for i := range keys {
+				if got, err := read(e, fmt.Appendf(nil, "k%05d", i)); err != nil || !bytes.Equal(got, value(i)) {
+					t.Fatalf("key %d after reopen: %d bytes, %v", i, len(got), err)
+				}
+			}
+			var tables int64
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range ents {
+				if fi, err := en.Info(); err == nil && strings.HasSuffix(en.Name(), ".sst") {
+					tables += fi.Size()
+				}
+			}
+			r := float64(tables) / float64(keys*len(value(0)))
+			t.Logf("tables take %d bytes, %.2f of the values", tables, r)
+			if r < tc.min || r > tc.max {
+				t.Errorf("tables take %.2f of the values, want %.2f to %.2f", r, tc.min, tc.max)
+			}
+		})
 	}
 }
