@@ -193,7 +193,11 @@ func (s *Server) admit(ctx context.Context, l listener, method string) (context.
 				return context.WithValue(ctx, instanceCallKey{}, p), nil
 			}
 		}
-		s.log.Warn("a call's instance proof does not hold; taken as a client's", "method", method)
+		if now := time.Now().UnixNano(); now-s.badProofAt.Load() > int64(time.Minute) {
+			// At most once a minute: anyone can send a bad proof.
+			s.badProofAt.Store(now)
+			s.log.Warn("a call's instance proof does not hold; taken as a client's", "method", method)
+		}
 	}
 	if l == peerListener || strings.HasPrefix(method, "/"+peerService+"/") {
 		return nil, unknownService(method)

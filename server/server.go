@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axon-kv/axon/core"
@@ -152,8 +153,10 @@ type Server struct {
 	counts    counter
 	auth      authState
 	tokens    *authTokens
-	// peerSecret seals calls to other instances (instance.go).
+	// peerSecret seals calls to other instances (instance.go);
+	// badProofAt is when a bad proof was last logged.
 	peerSecret peerSecret
+	badProofAt atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
