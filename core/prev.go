@@ -1,8 +1,8 @@
 package core
 
 import (
-	"bytes"
 	"fmt"
+	"sort"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -38,16 +38,7 @@ func (r *Ring) valueAt(key []byte, rev int64) ([]byte, bool) {
 	if rev < r.first || r.n == 0 {
 		return nil, false
 	}
-	lo, hi := 0, r.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if r.at(m).Rev < rev {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	for i := lo; i < r.n && r.at(i).Rev == rev; i++ {
+	for i := sort.Search(r.n, func(i int) bool { return r.at(i).Rev >= rev }); i < r.n && r.at(i).Rev == rev; i++ {
 		if ev := r.at(i); ev.Type == mvccpb.PUT && string(ev.Kv.Key) == string(key) {
 			return ev.Kv.Value, true
 		}
@@ -81,7 +72,7 @@ func ReadPrevValues(rd Reader, wr *WatchResponse) error {
 	for _, i := range wr.Unread {
 		ev := events[i]
 		p := ev.PrevKv
-		v, ok, err := rd.Get(HistoryKey(p.Key, p.ModRevision))
+		v, ok, err := historyValue(rd, p.Key, p.ModRevision)
 		if err != nil {
 			return fmt.Errorf("the value of %q before revision %d: %w", p.Key, ev.Kv.ModRevision, err)
 		}
@@ -89,11 +80,7 @@ func ReadPrevValues(rd Reader, wr *WatchResponse) error {
 			events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 			continue
 		}
-		rec, err := DecodeRecord(v)
-		if err != nil {
-			return err
-		}
-		events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &mvccpb.KeyValue{Key: p.Key, Value: bytes.Clone(rec.Value),
+		events[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &mvccpb.KeyValue{Key: p.Key, Value: v,
 			CreateRevision: p.CreateRevision, ModRevision: p.ModRevision, Version: p.Version, Lease: p.Lease}}
 	}
 	wr.Events, wr.Unread = events, nil

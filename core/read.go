@@ -144,18 +144,25 @@ func readValues(rd Reader, kvs []*mvccpb.KeyValue, mem *tally) error {
 // record holds none, its value is in the history record of its version,
 // which compaction keeps while it is the key's newest.
 func valueOf(rd Reader, key []byte, modRev int64) ([]byte, error) {
-	v, ok, err := rd.Get(HistoryKey(key, modRev))
+	v, ok, err := historyValue(rd, key, modRev)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %q has no history record at its revision %d", ErrBadRecord, key, modRev)
+	}
+	return v, err
+}
+
+// historyValue reads the value of key's version at modRev from its
+// history record; ok is false when there is none.
+func historyValue(rd Reader, key []byte, modRev int64) (v []byte, ok bool, err error) {
+	b, ok, err := rd.Get(HistoryKey(key, modRev))
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	rec, err := DecodeRecord(b)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if !ok {
-		return nil, fmt.Errorf("%w: %q has no history record at its revision %d", ErrBadRecord, key, modRev)
-	}
-	rec, err := DecodeRecord(v)
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Clone(rec.Value), nil
+	return bytes.Clone(rec.Value), true, nil
 }
 
 // aliveAt collects the keys in [key, end) alive at revision rev, in

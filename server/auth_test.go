@@ -603,20 +603,7 @@ func (s *authScript) runAs(id identity, c call) {
 }
 
 // compareTranscripts fails the test on every line that differs.
-func compareTranscripts(t *testing.T, want, got []string) {
-	t.Helper()
-	if len(want) != len(got) {
-		t.Errorf("etcd gave %d lines, Axon %d", len(want), len(got))
-	}
-	for i := range min(len(want), len(got)) {
-		if want[i] != got[i] {
-			t.Errorf("line %d:\n etcd: %s\n axon: %s", i, want[i], got[i])
-		}
-	}
-	if testing.Verbose() {
-		t.Logf("transcript:\n%s", strings.Join(got, "\n"))
-	}
-}
+func compareTranscripts(t *testing.T, want, got []string) { etcdtest.Compare(t, want, got) }
 
 var etcdAuthTranscript struct {
 	lines []string

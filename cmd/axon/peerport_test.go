@@ -280,7 +280,7 @@ func TestPeerPortIsNoClientPort(t *testing.T) {
 			"--trusted-ca-file", p.file("client-ca.pem"), "--client-cert-auth",
 			"--listen-peer-urls", "https://"+peer, "--peer-cert-file", p.file("peer.pem"), "--peer-key-file", p.file("peer-key.pem"),
 			"--peer-trusted-ca-file", p.file("peer-ca.pem"), "--peer-client-cert-auth")
-		comparePeerProbes(t, want, probeCertSetup(t, p, client, peer))
+		etcdtest.Compare(t, want, probeCertSetup(t, p, client, peer))
 	})
 	t.Run("plaintext with tokens", func(t *testing.T) {
 		var etcdPeer string
@@ -289,23 +289,8 @@ func TestPeerPortIsNoClientPort(t *testing.T) {
 		client, peer := freeAddr(t), freeAddr(t)
 		serveInProcess(t, "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen-metrics-urls", "http://"+freeAddr(t),
 			"--listen-client-urls", "http://"+client, "--listen-peer-urls", "http://"+peer)
-		comparePeerProbes(t, want, probePlainSetup(t, client, peer))
+		etcdtest.Compare(t, want, probePlainSetup(t, client, peer))
 	})
-}
-
-func comparePeerProbes(t *testing.T, want, got []string) {
-	t.Helper()
-	if len(want) != len(got) {
-		t.Errorf("etcd gave %d answers, Axon %d", len(want), len(got))
-	}
-	for i := range min(len(want), len(got)) {
-		if want[i] != got[i] {
-			t.Errorf("etcd: %s\n      axon: %s", want[i], got[i])
-		}
-	}
-	if testing.Verbose() {
-		t.Logf("answers:\n%s", strings.Join(got, "\n"))
-	}
 }
 
 // TestCertAuthRefusesAnOpenPeerListener: with --client-cert-auth, a peer

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,21 @@ func freeURL(t testing.TB) url.URL {
 	}
 	defer l.Close()
 	return url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+// Compare fails t on every line of Axon's transcript got that differs
+// from etcd's want, and logs got when verbose.
+func Compare(t testing.TB, want, got []string) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Errorf("etcd gave %d lines, Axon %d", len(want), len(got))
+	}
+	for i := range min(len(want), len(got)) {
+		if want[i] != got[i] {
+			t.Errorf("line %d:\n etcd: %s\n axon: %s", i, want[i], got[i])
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("transcript:\n%s", strings.Join(got, "\n"))
+	}
 }
