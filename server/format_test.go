@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,6 +132,24 @@ func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 			put, err := cli.Put(ctx, "after-upgrade", "v")
 			if err != nil || put.Header.Revision != want.Revision+1 {
 				t.Fatalf("the first write after the upgrade: %v, %v; want revision %d", put, err, want.Revision+1)
+			}
+			// A write over a key the old binary wrote reads no value; a
+			// prev_kv watcher gets it, read from the old history record.
+			live, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithLimit(1))
+			if err != nil || len(live.Kvs) == 0 {
+				t.Fatalf("a key of the old binary: %v, %v", live, err)
+			}
+			old := live.Kvs[0]
+			wctx, wcancel := context.WithCancel(ctx)
+			wch := cli.Watch(wctx, string(old.Key), clientv3.WithPrevKV(), clientv3.WithRev(put.Header.Revision+1))
+			if _, err := cli.Put(ctx, string(old.Key), "over"); err != nil {
+				t.Fatal(err)
+			}
+			wr := <-wch
+			wcancel()
+			if len(wr.Events) != 1 || wr.Events[0].PrevKv == nil || !bytes.Equal(wr.Events[0].PrevKv.Value, old.Value) ||
+				wr.Events[0].PrevKv.ModRevision != old.ModRevision || wr.Events[0].PrevKv.Version != old.Version {
+				t.Fatalf("the write over %q: watch %v (%v); want prev_kv %v", old.Key, wr.Events, wr.Err(), old)
 			}
 			if version == core.FormatNoAuth {
 				if f := storeFormat(t, eng); f.Version != core.FormatNoAuth {
