@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/fsutil"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
@@ -76,9 +77,12 @@ func openFormatStore(t *testing.T, version int) (*badgerkv.Engine, string, *form
 // TestStoresOfEarlierFormatsUpgradeAndAnswerExactly: a store written by
 // the binary of each earlier format is refused as it is, upgraded with
 // UpgradeData, and then answers every key at every revision, and its
-// leases, as that binary did; it goes on at the next revision.
+// leases, as that binary did; it goes on at the next revision. The
+// format 4 store was written by the last binary that kept every value
+// in its (uncompressed) tables: it opens as it is, and its new values go
+// to the value log while the old ones are read from the tables.
 func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
-	for _, version := range []int{1, 2, core.FormatNoAuth} {
+	for _, version := range []int{1, 2, core.FormatNoAuth, core.FormatVersion} {
 		t.Run(fmt.Sprintf("format %d", version), func(t *testing.T) {
 			eng, dir, want := openFormatStore(t, version)
 			cfg := server.Config{MemberID: 1, ClusterID: 2, Name: "test", Exclusive: true}
@@ -160,21 +164,66 @@ func TestStoresOfEarlierFormatsUpgradeAndAnswerExactly(t *testing.T) {
 				}
 			}
 			f := storeFormat(t, eng)
-			if f.Version != core.FormatVersion || f.By != server.BinaryVersion() {
+			if version < core.FormatVersion && (f.Version != core.FormatVersion || f.By != server.BinaryVersion()) {
 				t.Fatalf("after the upgrade the store says %+v", f)
 			}
-			// These stores were written Snappy-compressed; the table this
-			// binary flushes at close must be too, or compaction would
-			// grow an upgraded store past its quota.
+			// A large value written now goes to the value log if the
+			// store's tables are plain, and into the tables if they are
+			// compressed (the log would store it uncompressed).
+			big := bytes.Repeat([]byte("0123456789abcdef"), 4<<10)
+			if _, err := cli.Put(ctx, "big-after-upgrade", string(big)); err != nil {
+				t.Fatal(err)
+			}
 			stop()
 			if err := eng.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if c, ok, err := badgerkv.StoredCompression(dir); c != badgerkv.CompressionSnappy || !ok || err != nil {
-				t.Errorf("after the upgrade the newest table is %v (%v, %v); want snappy, as the store's were", c, ok, err)
+			// Formats 1 to 3 were written Snappy-compressed; the table
+			// this binary flushes at close must be too, or compaction
+			// would grow an upgraded store past its quota. Format 4 was
+			// written plain.
+			wantC := badgerkv.CompressionSnappy
+			if version == core.FormatVersion {
+				wantC = badgerkv.CompressionNone
+			}
+			if c, ok, err := badgerkv.StoredCompression(dir); c != wantC || !ok || err != nil {
+				t.Errorf("after the upgrade the newest table is %v (%v, %v); want %v, as the store's were", c, ok, err, wantC)
+			}
+			if inLog := valueLogBytes(t, dir) >= int64(len(big)); inLog != (wantC == badgerkv.CompressionNone) {
+				t.Errorf("the %d-byte value written after the upgrade is in the value log: %v; want %v with %v tables", len(big), inLog, !inLog, wantC)
+			}
+			eng, err = badgerkv.Open(dir, badgerkv.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			_, cli, _ = serveEngine(t, eng, server.Config{MemberID: 1, ClusterID: 2, Name: "test", Exclusive: true})
+			for key, value := range map[string][]byte{"big-after-upgrade": big, string(old.Key): []byte("over")} {
+				if got, err := cli.Get(ctx, key); err != nil || len(got.Kvs) != 1 || !bytes.Equal(got.Kvs[0].Value, value) {
+					t.Fatalf("after a restart %q is %v (%v); want %d bytes", key, got, err, len(value))
+				}
 			}
 		})
 	}
+}
+
+// valueLogBytes is what the value log files in dir take on disk
+// (allocated: badger preallocates them sparse).
+func valueLogBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, l := range logs {
+		u, err := fsutil.DiskUsage(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += u
+	}
+	return n
 }
 
 func storeFormat(t *testing.T, eng storage.Engine) core.Format {

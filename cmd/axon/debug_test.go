@@ -62,7 +62,7 @@ func TestDebugFlags(t *testing.T) {
 		t.Error("a healthy /health answer is not counted in etcd_server_health_success")
 	}
 
-	for _, args := range [][]string{{"--metrics", "all"}, {"--log-level", "loud"}, {"--badger-compression", "lz4"}, {"--badger-value-threshold", "0"}, {"--badger-value-threshold", "2097152"}} {
+	for _, args := range [][]string{{"--metrics", "all"}, {"--log-level", "loud"}, {"--badger-compression", "lz4"}, {"--badger-value-threshold", "-1"}, {"--badger-value-threshold", "2097152"}} {
 		cmd := serveCmd()
 		cmd.SetArgs(append([]string{"--data-dir", t.TempDir(), "--listen-client-urls", "http://" + freeAddr(t),
 			"--listen-metrics-urls", "http://" + freeAddr(t)}, args...))

@@ -136,7 +136,7 @@ func serveCmd() *cobra.Command {
 // (openEngine), shared by serve and snapshot restore.
 func (f *serveFlags) registerEngine(fl *pflag.FlagSet) {
 	fl.StringVar(&f.dataDir, "data-dir", "axon.data", "directory of the Badger engine")
-	fl.Int64Var(&f.valueThreshold, "badger-value-threshold", badgerkv.DefaultValueThreshold, "values larger than this many bytes, written from now on, go to Badger's value log, out of the tables that every write's reads and every compaction walk (collected every minute, a file at a time); the default keeps every value in the tables. 256 keeps Kubernetes objects out of them: writes under churn 1.3-1.4x and a third of the p99, but the log's space comes back more slowly and its values are not compressed (BENCHMARKS.md)")
+	fl.Int64Var(&f.valueThreshold, "badger-value-threshold", 0, "values larger than this many bytes, written from now on, go to Badger's value log, out of the tables that every write's reads and every compaction walk; the log is collected every minute, a 16 MiB file at a time (0: 256 for uncompressed tables, keeping Kubernetes objects out of them; 1048576, every value in the tables, for compressed ones, since the log does not compress)")
 	fl.StringVar(&f.compression, "badger-compression", "", "compression of the Badger tables written from now on: none (as etcd's bbolt; reads use the tables in place), snappy or zstd (about half the disk for Kubernetes objects, but reads decompress into the heap and a block cache of 1/8 of the memory budget holds blocks); each table keeps its own. Unset: as the store's newest table, none for a new store")
 	fl.StringVar(&f.store, "store", "badger", "engine: badger (embedded, one instance) or tikv (shared by several instances)")
 	fl.StringSliceVar(&f.pdEndpoints, "pd-endpoints", nil, "PD addresses of the TiKV cluster (host:port,...), with --store tikv")
@@ -523,8 +523,8 @@ func openEngine(ctx context.Context, f serveFlags, log *slog.Logger) (storage.En
 		if err != nil {
 			return nil, false, fmt.Errorf("--badger-compression: %w", err)
 		}
-		if f.valueThreshold < 1 || f.valueThreshold > 1<<20 {
-			return nil, false, fmt.Errorf("--badger-value-threshold %d: want 1 to 1048576 bytes", f.valueThreshold)
+		if f.valueThreshold < 0 || f.valueThreshold > badgerkv.MaxValueThreshold {
+			return nil, false, fmt.Errorf("--badger-value-threshold %d: want 1 to 1048576 bytes, or 0 for the default", f.valueThreshold)
 		}
 		eng, err := badgerkv.Open(f.dataDir, badgerkv.Options{Logger: log, MemoryBudget: f.memoryBudget, Compression: compression, ValueThreshold: f.valueThreshold})
 		if err != nil {

@@ -55,8 +55,8 @@ func (a *logAdvisor) advise() (int, error) {
 		if a.done[start] == path {
 			continue
 		}
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_RANDOM); errno != 0 {
-			return n, fmt.Errorf("badger: advise %s: %w", path, errno)
+		if err := madvise(start, uintptr(end-start), unix.MADV_RANDOM); err != nil {
+			return n, fmt.Errorf("badger: advise %s: %w", path, err)
 		}
 		n++
 	}

@@ -57,8 +57,8 @@ func isAnonymousMapping(line string) bool {
 // folios before the advice).
 func TestLogsAreAdvisedRandom(t *testing.T) {
 	dir := t.TempDir()
-	opts := quiet()
-	opts.MemoryBudget = 1 // the smallest memtables: several logs in one test
+	opts := valuesInTheTables() // values fill the memtables
+	opts.MemoryBudget = 1       // the smallest memtables: several logs in one test
 	e, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)

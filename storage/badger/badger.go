@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bdb "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/axon-kv/axon/internal/fsutil"
 	"github.com/axon-kv/axon/storage"
@@ -45,31 +46,47 @@ type Options struct {
 	Compression Compression
 	// ValueThreshold is the size above which a record written from now
 	// on keeps its value in badger's value log, the tables holding a
-	// pointer (0: DefaultValueThreshold, every value in the tables).
+	// pointer. 0 picks by the tables' compression: DefaultValueThreshold
+	// for uncompressed tables, MaxValueThreshold (every value in the
+	// tables) for compressed ones, whose values the log would store
+	// uncompressed.
 	ValueThreshold int64
 }
 
-// DefaultValueThreshold is badger's largest: every value stays in the
-// tables. A lower one keeps Kubernetes objects out of them: a key's
-// latest record and a revision's record are a few dozen bytes, a history
-// record holds the value, and with values in the tables every object is
-// rewritten by each level's compaction and the point reads a write makes
-// walk tables full of values (under churn in a 1 GiB cgroup, writing
-// compacted tables took 27 % of the server's CPU; with 256 the churn
-// wrote 1.3–1.4× as much at a third of the p99, BENCHMARKS.md). In the
-// value log a value is written once, appended, and collected (gcLoop)
-// once its version is swept. Not the default yet: the log is collected a
-// file at a time, only files half garbage, never the one being written,
-// and under the churn a defragmentation gave back none of it; values in
-// the log are not compressed (--badger-compression).
-const DefaultValueThreshold = 1 << 20
+// DefaultValueThreshold keeps Kubernetes objects out of the tables. A
+// key's latest record and a revision's record are a few dozen bytes; a
+// history record holds the value. With values in the tables every
+// object is rewritten by each level's compaction, and the point reads a
+// write makes walk tables full of values: under churn in a 1 GiB cgroup,
+// writing compacted tables took 27 % of the server's CPU, and with the
+// values in the log the churn wrote 1.2–1.4× as much at a third of the
+// p99 (BENCHMARKS.md, "Data beyond memory"). In the log a value is
+// written once, appended, and collected (gcLoop) once its version is
+// swept.
+const DefaultValueThreshold = 256
+
+// MaxValueThreshold is badger's largest: every value stays in the
+// tables, where compression reaches it.
+const MaxValueThreshold = 1 << 20
+
+// valueThreshold is the threshold opts asks for, given the compression
+// the tables are written with.
+func valueThreshold(asked int64, c options.CompressionType) int64 {
+	switch {
+	case asked > 0:
+		return min(asked, MaxValueThreshold)
+	case c == options.None:
+		return DefaultValueThreshold
+	}
+	return MaxValueThreshold
+}
 
 // valueLogFile is the size of a value log file: the unit the log is
 // collected in. Small with values in the log (a defragmentation of a
 // 60 MiB store gave back nothing with 64 MiB files, all but 10 MiB with
 // 16 MiB: the file being written is never collected).
 func valueLogFile(threshold int64) int64 {
-	if threshold < DefaultValueThreshold {
+	if threshold < MaxValueThreshold {
 		return 16 << 20
 	}
 	return 64 << 20
@@ -154,7 +171,9 @@ type Engine struct {
 	collected chan struct{}
 	// memTable is badger's memtable size (Defrag asks whether writes fill one soon).
 	memTable int64
-	// defragging lets one Defrag run at a time.
+	// defragging lets one Defrag run at a time; gcLoop's collections and
+	// the trimmer's paging of the value log take it too (a collection
+	// unmaps the files it deletes).
 	defragging sync.Mutex
 	// rate counts the bytes of keys and values committed, for Defrag to
 	// tell whether writes will soon flush the memtables.
@@ -236,8 +255,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		logger = slog.Default()
 	}
 	sz := sizesFor(opts.MemoryBudget)
-	threshold := cmp.Or(max(opts.ValueThreshold, 0), DefaultValueThreshold)
 	compression := opts.Compression.resolve(dir, logger)
+	threshold := valueThreshold(opts.ValueThreshold, compression)
 	bo := bdb.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithDetectConflicts(false). // the committer detects them
@@ -279,7 +298,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		closeTimeout: cmp.Or(max(opts.CloseTimeout, 0), DefaultCloseTimeout),
 	}
 	if opts.MemoryBudget > 0 {
-		e.trimmer = newTableTrimmer(db, dir, opts.MemoryBudget)
+		e.trimmer = newTableTrimmer(db, dir, opts.MemoryBudget, &e.defragging)
 	}
 	e.advise()
 	go e.commitLoop()

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,11 +41,12 @@ func openWith(t testing.TB, dir string, opts Options) *Engine {
 	return e
 }
 
-// valuesInTheLog opens engines that keep values over 256 bytes in the
-// value log (--badger-value-threshold 256).
-func valuesInTheLog() Options {
+// valuesInTheTables opens engines that keep every value in the tables
+// (--badger-value-threshold 1048576, and the default for compressed
+// tables); by default values over DefaultValueThreshold go to the log.
+func valuesInTheTables() Options {
 	o := quiet()
-	o.ValueThreshold = 256
+	o.ValueThreshold = MaxValueThreshold
 	return o
 }
 
@@ -55,10 +54,10 @@ func TestConformance(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Engine { return open(t, t.TempDir()) })
 }
 
-// TestConformanceValuesInTheLog runs the contract with the values in the
-// value log, the tables holding pointers.
-func TestConformanceValuesInTheLog(t *testing.T) {
-	storagetest.Run(t, func(t *testing.T) storage.Engine { return openWith(t, t.TempDir(), valuesInTheLog()) })
+// TestConformanceValuesInTheTables runs the contract with every value in
+// the tables, as compressed stores keep them.
+func TestConformanceValuesInTheTables(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Engine { return openWith(t, t.TempDir(), valuesInTheTables()) })
 }
 
 // TestConformancePruningEveryGroup runs the suite with the conflict state
@@ -353,8 +352,8 @@ func BenchmarkCommitParallel(b *testing.B) {
 // and a writer go on; what was not deleted is still there. So with the
 // values in the tables and in the value log.
 func TestDefragGivesBackSpace(t *testing.T) {
-	t.Run("values in the tables", func(t *testing.T) { testDefragGivesBackSpace(t, quiet()) })
-	t.Run("values in the log", func(t *testing.T) { testDefragGivesBackSpace(t, valuesInTheLog()) })
+	t.Run("values in the tables", func(t *testing.T) { testDefragGivesBackSpace(t, valuesInTheTables()) })
+	t.Run("values in the log", func(t *testing.T) { testDefragGivesBackSpace(t, quiet()) })
 }
 
 func testDefragGivesBackSpace(t *testing.T, opts Options) {
@@ -518,50 +517,58 @@ func TestSizeShowsWritesAtOnce(t *testing.T) {
 	}
 }
 
-// TestValueThresholdKeepsValuesOutOfTheTables: with a threshold below
-// the values, the tables hold pointers and the values survive a reopen
-// from the value log; by default the tables hold the values.
+// TestValueThresholdKeepsValuesOutOfTheTables: by default the tables
+// hold pointers, the value log the values, and the values survive a
+// reopen from the log; with MaxValueThreshold, or compressed tables and
+// no threshold asked for, the tables hold the values and the log none.
 func TestValueThresholdKeepsValuesOutOfTheTables(t *testing.T) {
 	const keys, size = 2000, 1 << 10
-	value := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8), 7}, size/3) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := make([][]byte, keys)
+	for i := range values {
+		values[i] = make([]byte, size)
+		for j := range values[i] {
+			values[i][j] = byte(rng.Uint32())
+		}
+	}
+	snappy := quiet()
+	snappy.Compression = CompressionSnappy
 	for _, tc := range []struct {
-		name     string
-		opts     Options
-		min, max float64 // tables' bytes over the values'
+		name            string
+		opts            Options
+		inTables, inLog bool
 	}{
-		{"default", quiet(), 0.9, 10},
-		{"threshold 256", valuesInTheLog(), 0, 0.2},
+		{"default", quiet(), false, true},
+		{"every value in the tables", valuesInTheTables(), true, false},
+		{"compressed tables", snappy, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			e := openWith(t, dir, tc.opts)
-			for i := range keys {
-				set(t, e, fmt.Appendf(nil, "k%05d", i), value(i))
+			for i, v := range values {
+				set(t, e, fmt.Appendf(nil, "k%05d", i), v)
 			}
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
 			e = openWith(t, dir, tc.opts)
 			defer e.Close()
-			for i := range keys {
-				if got, err := read(e, fmt.Appendf(nil, "k%05d", i)); err != nil || !bytes.Equal(got, value(i)) {
+			for i, v := range values {
+				if got, err := read(e, fmt.Appendf(nil, "k%05d", i)); err != nil || !bytes.Equal(got, v) {
 					t.Fatalf("key %d after reopen: %d bytes, %v", i, len(got), err)
 				}
 			}
-			var tables int64
-			ents, err := os.ReadDir(dir)
+			f, err := e.files()
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, en := range ents {
-				if fi, err := en.Info(); err == nil && strings.HasSuffix(en.Name(), ".sst") {
-					tables += fi.Size()
-				}
+			tables, log := float64(f.tables)/(keys*size), float64(f.vlog)/(keys*size)
+			t.Logf("tables take %.2f of the values' bytes, the value log %.2f", tables, log)
+			if got := tables > 0.9; got != tc.inTables {
+				t.Errorf("tables take %.2f of the values' bytes: values in the tables %v, want %v", tables, got, tc.inTables)
 			}
-			r := float64(tables) / float64(keys*len(value(0)))
-			t.Logf("tables take %d bytes, %.2f of the values", tables, r)
-			if r < tc.min || r > tc.max {
-				t.Errorf("tables take %.2f of the values, want %.2f to %.2f", r, tc.min, tc.max)
+			if got := log > 0.9; got != tc.inLog {
+				t.Errorf("the value log takes %.2f of the values' bytes: values in the log %v, want %v", log, got, tc.inLog)
 			}
 		})
 	}

@@ -9,14 +9,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	bdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/table"
 	"golang.org/x/sys/unix"
 )
 
-// tableTrimmer keeps the pages of badger's memory-mapped tables that the
-// process holds resident within its memory budget.
+// tableTrimmer keeps the pages of badger's memory-mapped tables and value
+// log files that the process holds resident within its memory budget.
 //
 // Badger maps every table and reads its index, its bloom filter and its
 // blocks through the mapping, and writes new tables through one; the
@@ -35,6 +36,15 @@ import (
 // when a compaction has replaced it, after which the address may be
 // reused: a table is advised only while pinned (see pin), so that its
 // mapping is still the one /proc/self/maps showed.
+//
+// The value log's files are mapped too, and every value written passes
+// through the mapping of the file being written, so with values in the
+// log its pages outgrow the tables'. A log file's mapping changes twice:
+// when badger stops writing it (truncated and mapped again), and when a
+// collection deletes it. So a file is advised only once badger writes a
+// later one, seen in an earlier look (doneBelow), and only while no
+// collection runs (collecting) and the pin's iterator holds, which makes
+// badger defer a deletion to the last iterator's close.
 type tableTrimmer struct {
 	db     *bdb.DB
 	dir    string
@@ -42,14 +52,19 @@ type tableTrimmer struct {
 	// blocks is blocksLen of each table advised, by id: a table's file
 	// never changes, and reading thousands of footers every second would.
 	blocks map[uint64]int64
+	// collecting is held while the value log is collected.
+	collecting *sync.Mutex
+	// doneBelow is one past the highest value log file an earlier look
+	// saw: badger no longer writes, nor maps again, any file below it.
+	doneBelow uint32
 }
 
-func newTableTrimmer(db *bdb.DB, dir string, budget int64) *tableTrimmer {
+func newTableTrimmer(db *bdb.DB, dir string, budget int64, collecting *sync.Mutex) *tableTrimmer {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		abs = dir
 	}
-	return &tableTrimmer{db: db, dir: filepath.Clean(abs), budget: budget, blocks: map[uint64]int64{}}
+	return &tableTrimmer{db: db, dir: filepath.Clean(abs), budget: budget, blocks: map[uint64]int64{}, collecting: collecting}
 }
 
 // tablesShare is the least of the budget the tables' mapped pages may
@@ -72,16 +87,39 @@ func (t *tableTrimmer) trim() (int64, error) {
 	}
 	pinned, release := t.pin()
 	defer release()
+	logs := t.collecting.TryLock() // else a collection may unmap a file
+	if logs {
+		defer t.collecting.Unlock()
+	}
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
 		return 0, fmt.Errorf("badger: trim tables: %w", err)
 	}
 	defer f.Close()
 	var n int64
+	high := t.doneBelow
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		start, end, path, ok := parseMapping(sc.Bytes())
-		if !ok || filepath.Ext(path) != ".sst" || filepath.Dir(path) != t.dir {
+		if !ok || filepath.Dir(path) != t.dir {
+			continue
+		}
+		if filepath.Ext(path) == ".vlog" {
+			fid, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".vlog"), 10, 32)
+			if err != nil {
+				continue
+			}
+			high = max(high, uint32(fid)+1)
+			if !logs || uint32(fid) >= t.doneBelow {
+				continue
+			}
+			if err := madvise(start, uintptr(end-start), unix.MADV_DONTNEED); err != nil {
+				return n, fmt.Errorf("badger: trim %s: %w", path, err)
+			}
+			n += int64(end - start)
+			continue
+		}
+		if filepath.Ext(path) != ".sst" {
 			continue
 		}
 		id, ok := table.ParseFileID(path)
@@ -98,14 +136,15 @@ func (t *tableTrimmer) trim() (int64, error) {
 			continue // gone meanwhile, or too small to bother
 		}
 		length := min(uintptr(blocks)&^uintptr(os.Getpagesize()-1), uintptr(end-start))
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), length, unix.MADV_DONTNEED); errno != 0 {
-			return n, fmt.Errorf("badger: trim %s: %w", path, errno)
+		if err := madvise(start, length, unix.MADV_DONTNEED); err != nil {
+			return n, fmt.Errorf("badger: trim %s: %w", path, err)
 		}
 		n += int64(length)
 	}
 	if err := sc.Err(); err != nil {
 		return n, fmt.Errorf("badger: trim tables: %w", err)
 	}
+	t.doneBelow = high
 	for id := range t.blocks {
 		if !pinned[id] {
 			delete(t.blocks, id) // replaced: its id never comes back
@@ -179,6 +218,14 @@ func blocksLen(path string) int64 {
 	}
 	indexLen := int64(binary.BigEndian.Uint32(b[:]))
 	return max(size-8-sumLen-indexLen-tailKept, 0)
+}
+
+// madvise advises the length bytes mapped at start.
+func madvise(start uint64, length uintptr, advice int) error {
+	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), length, uintptr(advice)); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // rssParts reads the process's anonymous and file-backed resident bytes.

@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -19,6 +20,13 @@ import (
 // are resident, from /proc/self/smaps.
 func tablesResident(t *testing.T, dir string) int64 {
 	t.Helper()
+	return resident(t, dir, ".sst")
+}
+
+// resident is the bytes of the mappings of dir's files named *ext that
+// are resident, from /proc/self/smaps.
+func resident(t *testing.T, dir, ext string) int64 {
+	t.Helper()
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Skipf("no /proc/self/smaps: %v", err)
@@ -28,7 +36,7 @@ func tablesResident(t *testing.T, dir string) int64 {
 	table := false
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if _, _, path, ok := parseMapping([]byte(line)); ok || isAnonymousMapping(line) {
-			table = filepath.Dir(path) == abs && filepath.Ext(path) == ".sst"
+			table = filepath.Dir(path) == abs && filepath.Ext(path) == ext
 		} else if v, ok := strings.CutPrefix(line, "Rss:"); ok && table {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
@@ -50,7 +58,7 @@ const tableKeys = 4096
 func scannedTables(t *testing.T) (*Engine, string) {
 	t.Helper()
 	dir := t.TempDir()
-	e := open(t, dir)
+	e := openWith(t, dir, valuesInTheTables())
 	value := make([]byte, 1024)
 	for i := 0; i < tableKeys; i += 64 {
 		var pairs [][]byte
@@ -64,7 +72,7 @@ func scannedTables(t *testing.T) (*Engine, string) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e = open(t, dir)
+	e = openWith(t, dir, valuesInTheTables())
 	t.Cleanup(func() { e.Close() })
 	if got := len(scanAll(t, e, storage.IterOptions{})); got != tableKeys {
 		t.Fatalf("scanned %d keys, want %d", got, tableKeys)
@@ -82,10 +90,10 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	if before < tableKeys*1024/2 {
 		t.Fatalf("%d B of the tables resident after a scan of %d KiB", before, tableKeys)
 	}
-	if n, err := newTableTrimmer(e.db, dir, 1<<50).trim(); err != nil || n != 0 {
+	if n, err := newTableTrimmer(e.db, dir, 1<<50, &e.defragging).trim(); err != nil || n != 0 {
 		t.Errorf("a budget the tables fit: %d B paged out, err %v; want none", n, err)
 	}
-	n, err := newTableTrimmer(e.db, dir, 1).trim()
+	n, err := newTableTrimmer(e.db, dir, 1, &e.defragging).trim()
 	if err != nil || n < before/2 {
 		t.Fatalf("a budget of 1 B: %d B of mappings paged out, err %v; want most of the %d B resident", n, err, before)
 	}
@@ -100,6 +108,62 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	if got := len(scanAll(t, e, storage.IterOptions{})); got != tableKeys {
 		t.Fatalf("after paging out: scanned %d keys, want %d", got, tableKeys)
 	}
+}
+
+// TestValueLogIsPagedOutOverTheBudget: with values in the value log, the
+// log files' mapped pages leave the resident set over the budget too,
+// but only files badger had stopped writing at the trimmer's previous
+// look; the values read the same afterwards.
+func TestValueLogIsPagedOutOverTheBudget(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir)
+	values := make([][]byte, tableKeys)
+	for i := range values {
+		values[i] = make([]byte, 1024)
+		rand.Read(values[i])
+		set(t, e, fmt.Appendf(nil, "key-%06d", i), values[i])
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir) // writes a new log file: the first is done
+	defer e.Close()
+	readAll := func() {
+		for i, v := range values {
+			if got, err := read(e, fmt.Appendf(nil, "key-%06d", i)); err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("key %d: %d bytes, %v", i, len(got), err)
+			}
+		}
+	}
+	readAll()
+	before := resident(t, dir, ".vlog")
+	if before < tableKeys*1024/2 {
+		t.Fatalf("%d B of the value log resident after a scan of %d KiB", before, tableKeys)
+	}
+	tr := newTableTrimmer(e.db, dir, 1, &e.defragging)
+	if _, err := tr.trim(); err != nil {
+		t.Fatal(err)
+	}
+	if got := resident(t, dir, ".vlog"); got < before*3/4 {
+		t.Fatalf("the first look paged out the value log (%d of %d B resident): it cannot know which file badger is done with", got, before)
+	}
+	e.defragging.Lock()
+	if _, err := tr.trim(); err != nil {
+		t.Fatal(err)
+	}
+	if got := resident(t, dir, ".vlog"); got < before*3/4 {
+		t.Fatalf("paged out the value log while it was being collected (%d of %d B resident)", got, before)
+	}
+	e.defragging.Unlock()
+	if _, err := tr.trim(); err != nil {
+		t.Fatal(err)
+	}
+	after := resident(t, dir, ".vlog")
+	t.Logf("value log resident: %d B before, %d B after", before, after)
+	if after > before/4 {
+		t.Errorf("%d B of the value log still resident, of %d", after, before)
+	}
+	readAll()
 }
 
 // tablesCached is the bytes of the table files in dir that are in the
@@ -150,7 +214,7 @@ func tablesCached(t *testing.T, dir string) int64 {
 func TestTrimmedTablesStayInThePageCache(t *testing.T) {
 	e, dir := scannedTables(t)
 	before, cached := tablesResident(t, dir), tablesCached(t, dir)
-	if n, err := newTableTrimmer(e.db, dir, 1).trim(); err != nil || n < before/2 {
+	if n, err := newTableTrimmer(e.db, dir, 1, &e.defragging).trim(); err != nil || n < before/2 {
 		t.Fatalf("a budget of 1 B: %d B advised, err %v; want most of the %d B resident", n, err, before)
 	}
 	after, still := tablesResident(t, dir), tablesCached(t, dir)
@@ -177,7 +241,7 @@ func TestPinnedTablesOutliveTheirReplacement(t *testing.T) {
 	}
 	e = open(t, dir)
 	defer e.Close()
-	tr := newTableTrimmer(e.db, dir, 1)
+	tr := newTableTrimmer(e.db, dir, 1, &e.defragging)
 	pinned, release := tr.pin()
 	if len(pinned) == 0 || len(pinned) != len(e.db.Tables()) {
 		t.Fatalf("pinned %d tables, badger has %d", len(pinned), len(e.db.Tables()))
