@@ -1,14 +1,20 @@
 package server_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/badger"
@@ -81,5 +87,110 @@ func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
 	s.Metrics().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if !strings.Contains(rec.Body.String(), "axon_read_memory_limit_bytes 1.048576e+06") {
 		t.Errorf("metrics lack the read budget's limit:\n%s", rec.Body.String())
+	}
+}
+
+// gatedConn is a client's connection that stops reading once closed is
+// set, until open is closed: a client that reads its answers slowly.
+type gatedConn struct {
+	net.Conn
+	gated   atomic.Bool
+	open    chan struct{}
+	blocked chan struct{} // closed when a read first waits at the gate
+	once    sync.Once
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	if c.gated.Load() {
+		c.once.Do(func() { close(c.blocked) })
+		<-c.open
+	}
+	return c.Conn.Read(p)
+}
+
+// TestASlowClientsQueuedAnswerHoldsTheBudget: an answer the handler has
+// finished but the client has not read still holds its share of the read
+// budget, so another large read waits; once the slow client reads, both
+// complete and the budget is all given back. gRPC ends the call when the
+// answer is queued on the connection; a budget given back then would let
+// slow clients pile answers up in memory without bound.
+func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
+	eng, err := badger.Open(t.TempDir(), badger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, cli, stop := serveEngine(t, eng, server.Config{ReadMemory: 1 << 20})
+	defer stop()
+	ctx := t.Context()
+	const n = 2000 // 2 MiB of values: twice the budget
+	val := strings.Repeat("v", 1024)
+	for i := 0; i < n; i += 100 {
+		var ops []clientv3.Op
+		for j := i; j < i+100; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/big/%05d", j), val))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := &gatedConn{open: make(chan struct{}), blocked: make(chan struct{})}
+	opened := sync.OnceFunc(func() { close(gate.open) })
+	slow, err := clientv3.New(clientv3.Config{
+		Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				gate.Conn = c
+				return gate, err
+			}),
+			// Small fixed windows: the server can send 64 KiB ahead of
+			// what the client reads, and queues the rest.
+			grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	defer opened() // before Close, which waits for the gated reader
+	if _, err := slow.Get(ctx, "/big/00000"); err != nil {
+		t.Fatal(err)
+	}
+	gate.gated.Store(true)
+	slowDone := make(chan error, 1)
+	go func() {
+		resp, err := slow.Get(ctx, "/big/", clientv3.WithPrefix())
+		if err == nil && len(resp.Kvs) != n {
+			err = fmt.Errorf("%d kvs, want %d", len(resp.Kvs), n)
+		}
+		slowDone <- err
+	}()
+	select {
+	case <-gate.blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow client's list never reached its connection")
+	}
+	// The slow answer is encoded and (all but 64 KiB) queued: a second
+	// list of 2 MiB must wait for it to be read.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = cli.Get(wctx, "/big/", clientv3.WithPrefix())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second list while a 2 MiB answer waits for a slow client (budget 1 MiB): %v; want it to wait", err)
+	}
+	if held := s.ReadMemoryInUse(); held < n*1024 {
+		t.Errorf("the unread answer holds %v bytes of the budget, want at least its %d", held, n*1024)
+	}
+	opened()
+	if err := <-slowDone; err != nil {
+		t.Fatalf("the slow client's list: %v", err)
+	}
+	if resp, err := cli.Get(ctx, "/big/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != n {
+		t.Fatalf("a list once the slow client has read: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); s.ReadMemoryInUse() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reads still hold %v bytes of the budget after they all ended", s.ReadMemoryInUse())
+		}
 	}
 }
