@@ -90,22 +90,35 @@ func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
 	}
 }
 
-// gatedConn is a client's connection that stops reading once closed is
-// set, until open is closed: a client that reads its answers slowly.
+// gatedConn is a client's connection that, once gated is set, reads
+// gateAfter more bytes and then stops reading until open is closed: a
+// client that reads its answers slowly.
 type gatedConn struct {
 	net.Conn
 	gated   atomic.Bool
+	passed  atomic.Int64 // bytes read since gated was set
 	open    chan struct{}
 	blocked chan struct{} // closed when a read first waits at the gate
 	once    sync.Once
 }
 
+// gateAfter is less than the 64 KiB window the slow client gives the
+// server, and more than any frame but an answer's data.
+const gateAfter = 32 << 10
+
 func (c *gatedConn) Read(p []byte) (int, error) {
-	if c.gated.Load() {
+	if !c.gated.Load() {
+		return c.Conn.Read(p)
+	}
+	left := gateAfter - c.passed.Load()
+	if left <= 0 {
 		c.once.Do(func() { close(c.blocked) })
 		<-c.open
+		return c.Conn.Read(p)
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p[:min(int64(len(p)), left)])
+	c.passed.Add(int64(n))
+	return n, err
 }
 
 // TestASlowClientsQueuedAnswerHoldsTheBudget: an answer the handler has
@@ -170,7 +183,8 @@ func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow client's list never reached its connection")
 	}
-	// The slow answer is encoded and (all but 64 KiB) queued: a second
+	// The slow answer is encoded (its first 32 KiB arrived) and all but
+	// 64 KiB of it queued: a second
 	// list of 2 MiB must wait for it to be read.
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = cli.Get(wctx, "/big/", clientv3.WithPrefix())
