@@ -73,7 +73,9 @@ func sweepHistory(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
 		}
 		group, lastTomb = group[:0], false
 	}
-	err := rd.Scan(s.Next, spacePrefix(spaceHistory+1), false, limit+1, func(k, v []byte) bool {
+	// Only a tombstone's record matters, and it is short: the values of
+	// the rest (in badger's value log, a random read each) stay unread.
+	err := rd.ScanShort(s.Next, spacePrefix(spaceHistory+1), limit+1, maxTombstoneLen, func(k, v []byte) bool {
 		raw, rev, err := DecodeHistoryKey(k)
 		if err != nil {
 			decErr = err
@@ -91,13 +93,17 @@ func sweepHistory(rd Reader, s Sweep, limit int) (Sweep, []Write, error) {
 		if rev > s.Rev {
 			return true
 		}
-		rec, err := DecodeRecord(v)
-		if err != nil {
-			decErr = err
-			return false
+		tomb := false
+		if v != nil { // nil: longer than any tombstone
+			rec, err := DecodeRecord(v)
+			if err != nil {
+				decErr = err
+				return false
+			}
+			tomb = rec.Tombstone
 		}
 		group = append(group, bytes.Clone(k))
-		lastTomb = rec.Tombstone && rev < s.Rev
+		lastTomb = tomb && rev < s.Rev
 		return true
 	})
 	if err == nil {

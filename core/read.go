@@ -20,6 +20,10 @@ type Reader interface {
 	// descending if reverse, until fn returns false. limit is a hint.
 	// key and value are only valid during the call.
 	Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error
+	// ScanShort is Scan forwards for a caller that needs no value longer
+	// than short: fn may get nil for such a value, which the engine then
+	// need not read.
+	ScanShort(lower, upper []byte, limit, short int, fn func(key, value []byte) bool) error
 }
 
 // recordAt returns key's record as of revision rev (the newest with

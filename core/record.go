@@ -33,6 +33,10 @@ type Record struct {
 
 const flagTombstone = 1
 
+// maxTombstoneLen bounds a tombstone's encoding: flags and five varints,
+// no value.
+const maxTombstoneLen = 1 + 5*binary.MaxVarintLen64
+
 // AppendRecord appends the encoding of rec to dst.
 func AppendRecord(dst []byte, rec *Record) []byte {
 	var flags byte

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -385,6 +386,56 @@ func TestCompactionSweepsOldVersions(t *testing.T) {
 	}
 	if p, err := cli.Put(ctx, "k", "z"); err != nil || p.Header.Revision <= last {
 		t.Fatalf("put after sweep: %v", err)
+	}
+}
+
+// TestCompactionKeepsEachKeysNewestVersion: the sweep keeps every key's
+// newest version at the compact revision, whether its value is small
+// (in Badger's tables) or large (in its value log, which the sweep does
+// not read), and drops a key deleted below it.
+func TestCompactionKeepsEachKeysNewestVersion(t *testing.T) {
+	cli := start(t, t.TempDir())
+	ctx := ctxT(t)
+	big := func(c byte) string { return strings.Repeat(string(c), 1024) }
+	want := map[string]string{"live-small": "c", "live-big": big('c'), "later-big": big('b')}
+	for _, kv := range [][2]string{
+		{"live-small", "a"}, {"live-big", big('a')}, {"gone-big", big('a')}, {"later-big", big('a')},
+		{"live-small", "b"}, {"live-big", big('b')}, {"later-big", big('b')},
+		{"live-small", "c"}, {"live-big", big('c')},
+	} {
+		if _, err := cli.Put(ctx, kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := cli.Delete(ctx, "gone-big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := d.Header.Revision
+	if _, err := cli.Put(ctx, "later-big", big('z')); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, at, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cli.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithRev(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range g.Kvs {
+		got[string(kv.Key)] = string(kv.Value)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("at the compact revision %d after the sweep: %d keys, want %d", at, len(got), len(want))
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: %d bytes, want %d", k, len(got[k]), len(v))
+			}
+		}
+	}
+	if g, err := cli.Get(ctx, "later-big"); err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != big('z') {
+		t.Errorf("the version above the compact revision: %v, %v", g, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"time"
@@ -220,8 +221,17 @@ func (c *client) pickKey() string {
 	return ks[c.w.rng.IntN(len(ks))]
 }
 
+// value is a new value to write. One in four is long (past any
+// tombstone record, and past badger's value threshold), so that the
+// engine may leave it unread where a caller needs only short values
+// (storage.IterOptions.Short); it takes no extra draw of the seed's.
 func (c *client) value() []byte {
-	return []byte(fmt.Sprintf("c%d-%d", c.idx, c.w.rng.IntN(1000)))
+	n := c.w.rng.IntN(1000)
+	v := []byte(fmt.Sprintf("c%d-%d", c.idx, n))
+	if n%4 == 0 {
+		v = append(v, bytes.Repeat([]byte{'.'}, 64+n%256)...)
+	}
+	return v
 }
 
 func putOp(k string, v []byte, lease int64) *pb.RequestOp {

@@ -41,6 +41,22 @@ func (r Reader) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, 
 	return it.Err()
 }
 
+// ScanShort is Scan forwards for a caller that needs no value longer
+// than short (IterOptions.Short): fn may get nil for such a value.
+func (r Reader) ScanShort(lower, upper []byte, limit, short int, fn func(key, value []byte) bool) error {
+	it, err := r.Txn.Iter(IterOptions{Lower: lower, Upper: upper, Limit: limit, Short: short})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.Next() {
+		if !fn(it.Key(), it.Value()) {
+			break
+		}
+	}
+	return it.Err()
+}
+
 // ReadEach runs reads one after another through txn's Get and Iter: what
 // a storage.BatchReader's ReadBatch must answer, for engines (or states)
 // that have nothing to gain from running them at once.

@@ -75,6 +75,12 @@ type IterOptions struct {
 	// Limit is a hint of how many keys the caller will read (0: unknown).
 	// Engines may use it to size their batches; they must not stop early.
 	Limit int
+	// Short, if positive, says the caller needs no value longer than
+	// this: an engine that can tell a value's length without reading it
+	// (badger, for a value in its value log) may leave such a value
+	// unread, and Value is nil for it. Engines that read every value
+	// anyway return it.
+	Short int
 }
 
 // Iterator walks keys in order. Key and Value are valid until the next

@@ -883,7 +883,7 @@ func (t *txn) Iter(opts storage.IterOptions) (storage.Iterator, error) {
 		}
 		bo.Prefix = bytes.Clone(opts.Lower[:n])
 	}
-	it := &iterator{t: t, it: t.tx.NewIterator(bo), lower: bytes.Clone(opts.Lower), upper: bytes.Clone(opts.Upper), reverse: opts.Reverse}
+	it := &iterator{t: t, it: t.tx.NewIterator(bo), lower: bytes.Clone(opts.Lower), upper: bytes.Clone(opts.Upper), reverse: opts.Reverse, short: int64(opts.Short)}
 	t.iters = append(t.iters, it)
 	return it, nil
 }
@@ -897,8 +897,16 @@ type iterator struct {
 	done         bool
 	closed       bool
 	key, value   []byte
-	err          error
+	buf          []byte // value's storage, kept while a value is left unread
+	// short is IterOptions.Short: a value badger sizes above it (plus
+	// valueSizeSlack) is left unread.
+	short int64
+	err   error
 }
+
+// valueSizeSlack covers badger's estimate of a value in its log, which
+// guesses the entry header's length (it may be up to 16 bytes over).
+const valueSizeSlack = 32
 
 func (it *iterator) Next() bool {
 	if it.done || it.err != nil {
@@ -943,12 +951,19 @@ func (it *iterator) Next() bool {
 		return it.finish()
 	}
 	it.key = item.KeyCopy(it.key[:0])
-	v, err := item.ValueCopy(it.value[:0])
+	if it.short > 0 && item.ValueSize() > it.short+valueSizeSlack {
+		it.value = nil // in the value log, and not wanted
+		return true
+	}
+	v, err := item.ValueCopy(it.buf[:0])
 	if err != nil {
 		it.err = fmt.Errorf("badger: iterator: value of %q: %w", k, err)
 		return false
 	}
-	it.value = v
+	if v == nil {
+		v = []byte{}
+	}
+	it.buf, it.value = v, v
 	return true
 }
 

@@ -573,3 +573,32 @@ func TestValueThresholdKeepsValuesOutOfTheTables(t *testing.T) {
 		})
 	}
 }
+
+// TestShortScanLeavesLoggedValuesUnread: with IterOptions.Short, a value
+// in the value log is not read (Value is nil), while a short value, in
+// the tables, is.
+func TestShortScanLeavesLoggedValuesUnread(t *testing.T) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	long := bytes.Repeat([]byte("v"), 1024)
+	set(t, e, []byte("a-long"), long, []byte("b-short"), []byte("tiny"))
+	tx, err := e.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	got := map[string][]byte{}
+	err = storage.NewReader(tx).ScanShort(nil, nil, 0, 51, func(k, v []byte) bool {
+		got[string(k)] = bytes.Clone(v)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got["a-long"]; !ok || v != nil {
+		t.Errorf("the logged value: listed %v, %d bytes (nil %v); want it listed and unread", ok, len(v), v == nil)
+	}
+	if v := got["b-short"]; string(v) != "tiny" {
+		t.Errorf("the short value: %q, want tiny", v)
+	}
+}

@@ -286,6 +286,10 @@ func (m *memo) Get(key []byte) ([]byte, bool, error) {
 	return v, found, err
 }
 
+func (m *memo) ScanShort(lower, upper []byte, limit, short int, fn func(key, value []byte) bool) error {
+	return m.rd.ScanShort(lower, upper, limit, short, fn)
+}
+
 func (m *memo) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error {
 	if reverse && limit == 1 {
 		for _, l := range m.lasts {

@@ -606,6 +606,11 @@ func (it *iterator) Next() bool {
 			continue
 		}
 		it.key, it.value = bytes.Clone(e.key), bytes.Clone(e.value)
+		if it.opts.Short > 0 && len(e.value) > it.opts.Short {
+			// Left unread, as badger leaves a value in its log: the
+			// simulator's callers meet the nil they may get there.
+			it.value = nil
+		}
 		return true
 	}
 }

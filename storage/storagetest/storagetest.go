@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Engine) {
 		{"Conflict/Lock", testLock},
 		{"Iter/Bounds", testIterBounds},
 		{"Iter/LimitIsAHint", testIterLimit},
+		{"Iter/ShortValues", testIterShort},
 		{"Iter/LongScanKeepsSnapshot", testIterLongScan},
 		{"Ownership", testOwnership},
 		{"StartTS", testStartTS},
@@ -626,6 +627,51 @@ func testIterLimit(t *testing.T, e storage.Engine) {
 				}
 				wantScan(t, tx, storage.IterOptions{Limit: limit, Reverse: reverse}, want)
 			})
+		}
+	}
+}
+
+// testIterShort: with IterOptions.Short every key is still listed, every
+// value up to Short is returned whole, and a longer one is returned whole
+// or left out (nil), committed or written by the transaction itself.
+func testIterShort(t *testing.T, e storage.Engine) {
+	const short = 51
+	lens := []int{1, short, short + 1, 100, 300, 4096, 70000}
+	value := func(i, n int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, n) }
+	tx := begin(t, e)
+	for i, n := range lens {
+		set(t, tx, fmt.Sprintf("committed%d", i), string(value(i, n)))
+	}
+	commit(t, tx)
+	tx = begin(t, e)
+	defer tx.Rollback()
+	for i, n := range lens {
+		set(t, tx, fmt.Sprintf("pending%d", i), string(value(i, n)))
+	}
+	for _, prefix := range []string{"committed", "pending"} {
+		it, err := tx.Iter(storage.IterOptions{Lower: []byte(prefix), Upper: []byte(prefix + "~"), Short: short})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := 0
+		for ; it.Next(); i++ {
+			if want := fmt.Sprintf("%s%d", prefix, i); string(it.Key()) != want {
+				t.Fatalf("key %d is %q, want %q", i, it.Key(), want)
+			}
+			v := it.Value()
+			if v == nil && lens[i] > short {
+				continue
+			}
+			if !bytes.Equal(v, value(i, lens[i])) {
+				t.Errorf("%s%d: %d bytes (nil %v), want its %d (Short %d)", prefix, i, len(v), v == nil, lens[i], short)
+			}
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		it.Close()
+		if i != len(lens) {
+			t.Errorf("%s: %d keys listed, want %d", prefix, i, len(lens))
 		}
 	}
 }
