@@ -5,16 +5,20 @@
 // gRPC server, or the deterministic simulator) feeds it inputs and runs
 // the engine work it asks for. A test enforces this (purity_test.go).
 //
+// docs/design.md tells the whole design: the data model, the ordering
+// rules and why they hold, and a Put and a watch event followed through
+// the code. What follows is what a reader of this package needs.
+//
 // # Data model
 //
 // All state lives in a transactional engine under keys built by
 // LatestKey, HistoryKey, RevisionKey, MetaKey and LeaseKey (see keys.go).
 // A key's latest record carries the metadata of its newest version
 // (revisions, version, lease, or a tombstone) and its touch revision: the
-// highest revision that read or wrote it. History records keep every
+// revision that last wrote it. History records keep every
 // version, values included, for reads at a revision and for prev_kv. A
 // value is stored once, in the history record of its version: the latest
-// record, rewritten by every touch, holds none, and a read takes the
+// record, rewritten by every write, holds none, and a read takes the
 // value from history (a list by one scan over its page's history, see
 // readValues). Compaction keeps the newest version of every key at or
 // below the compact revision, so a live key's value is always there. A
@@ -33,7 +37,7 @@
 // writes; the latest and history spaces split along the keys. A scan by
 // revision (ReadEvents, Recover's highest revision, Export, the sweep)
 // merges the shards; the fence of revision r reads RevisionKey(r), in
-// its shard, exactly as before.
+// its shard.
 //
 // A write's revision record is a Write with New set: the key must not
 // exist when the transaction commits. The engine checks that (a TiKV
@@ -80,14 +84,10 @@
 //     passed (its writes landed or never will; on TiKV its locks are
 //     settled at recovery), and a handover drains first.
 //
-// Format 2 wrote every key a request read back, with its touch raised,
-// to put it in the engine's conflict set as a second line of defence;
-// planted, comparing the mod revision instead of the touch passed 3,000
-// seeds, and the swarm with broken clock drift failed exactly as often
-// (306 of 400 seeds) with it and without it: it caught nothing the rules
-// above do not. The late check itself stays (it costs no IO): a touch
-// above r can only come from another leader's write, so it still
-// refuses work whose premises the timing model says cannot happen.
+// Within these rules a touch at or above r can only come from another
+// leader's write, which the timing model says cannot happen. The late
+// check costs no IO, so it stays, and refuses work whose premises are
+// broken.
 //
 // # Revisions only for changes
 //

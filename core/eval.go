@@ -16,7 +16,7 @@ type Event struct {
 	// PrevUnread says PrevKv carries its version's metadata but not its
 	// value, which the write did not need to read: it is read where the
 	// event is sent to a watcher that asked for prev_kv (see "Previous
-	// values" in doc.go).
+	// values" in prev.go).
 	PrevUnread bool
 }
 

@@ -9,13 +9,13 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// Latches order requests whose keys overlap (DESIGN §4). Without them the
-// leader deals revisions to every request on a hot key at once; all but
-// one find the key changed under them, come back late or conflicted, are
-// fenced and dealt again, and under enough contention give up. With them
-// a request whose keys overlap an earlier request still in flight waits,
-// undealt, until that request's outcome is known; the engine's conflict
-// check stays the safety net.
+// Latches order requests whose keys overlap (docs/design.md, "Latches").
+// Without them the leader deals revisions to every request on a hot key
+// at once; all but one find the key changed under them, come back late or
+// conflicted, are fenced and dealt again, and under enough contention
+// give up. With them a request whose keys overlap an earlier request
+// still in flight waits, undealt, until that request's outcome is known;
+// the engine's conflict check stays the safety net.
 //
 // Latches are exclusive and granted in arrival order (first come, first
 // served per key), as CockroachDB's spanlatch manager and TiKV's scheduler

@@ -121,7 +121,7 @@ func evaluateElect(rd Reader, op *ElectOp) (*Effects, error) {
 
 // MemberConfig sets one instance's identity and the leadership timing.
 // Safety rests on: clocks within MaxDrift of each other, and every engine
-// operation ending within EngineDeadline (DESIGN §9).
+// operation ending within EngineDeadline (docs/design.md, "Leadership").
 type MemberConfig struct {
 	// ID names this incarnation: it must differ after a restart.
 	ID   string

@@ -25,7 +25,8 @@ const (
 	// (exec.Apply does). A request that changes nothing takes no
 	// revision, as in etcd.
 	WorkRequest WorkKind = iota + 1
-	// WorkFence resolves an uncertain revision (DESIGN §5).
+	// WorkFence resolves an uncertain revision (docs/design.md,
+	// "Uncertain writes and fences").
 	WorkFence
 	// WorkCompact stores a new compact revision.
 	WorkCompact

@@ -6,7 +6,8 @@ type Stats struct {
 	// Dealt is the highest revision dealt; Committed the commit point C.
 	Dealt, Committed int64
 	// Uncertain counts dealt revisions whose outcome the engine did not
-	// tell, waiting for their fences (DESIGN §5).
+	// tell, waiting for their fences (docs/design.md, "Uncertain writes
+	// and fences").
 	Uncertain int
 	// LatchWaiting counts requests waiting for an earlier request on an
 	// overlapping key to finish before they are dealt.

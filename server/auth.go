@@ -209,7 +209,8 @@ type authEngine struct {
 
 func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func(error)) {
 	// As a write: land within the engine deadline or not at all, so a
-	// new leader's first read of the store sees it (DESIGN §9).
+	// new leader's first read of the store sees it (docs/design.md,
+	// "Leadership").
 	ctx, cancel := context.WithTimeout(e.ctx, e.s.mcfg.EngineDeadline/2)
 	defer cancel()
 	done(exec.Update(ctx, e.s.eng, fn))

@@ -61,7 +61,8 @@ func peerHandler(method string, fn func(peerServer, context.Context) (*pb.Respon
 }
 
 // readIndex answers a follower's read index: the commit point, safe to
-// read at because a leader holds its lease (DESIGN §9).
+// read at because a leader holds its lease (docs/design.md,
+// "Lease-based reads").
 func (s *Server) serveReadIndex(context.Context) (*pb.ResponseHeader, error) {
 	c, _, ok := s.drv.ReadPoint()
 	if !ok {

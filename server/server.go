@@ -79,7 +79,8 @@ type Config struct {
 	// MemoryBudget is the memory budget in force (0: none), reported in
 	// metrics.
 	MemoryBudget int64
-	// Leadership timing (DESIGN §9); zero values take core's defaults.
+	// Leadership timing (docs/design.md, "Leadership"); zero values
+	// take core's defaults.
 	Lease, RenewEvery, MaxDrift, EngineDeadline time.Duration
 	// Exclusive says the engine is this instance's alone (Badger locks
 	// its directory): it leads at once instead of waiting out the
@@ -383,7 +384,8 @@ func (s *Server) run(w *core.Work) driver.Result {
 		return driver.Result{State: st, Err: err}
 	}
 	// A commit must land within the engine deadline or not at all: that
-	// is what lets a new leader start safely (DESIGN §9).
+	// is what lets a new leader start safely (docs/design.md,
+	// "Leadership").
 	began := time.Now()
 	ctx := newLazyDeadline(s.ctx, began.Add(s.mcfg.EngineDeadline/2))
 	defer ctx.stop()

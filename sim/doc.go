@@ -49,5 +49,5 @@
 // SkipConflictChecks, DealEagerly, EarlyLeaseGone, StaleAuthReads,
 // KeepGenOnFailedAuth and SkipPrevReads break an assumption or plant a bug, for tests that
 // prove the checkers see what they are for. cmd/axon's `axon sim` runs one
-// seed or a swarm.
+// seed or a swarm; docs/testing.md tells how to run and replay seeds.
 package sim

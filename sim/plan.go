@@ -71,7 +71,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Timing shared by every node: the safety assumptions of DESIGN §9.
+// Timing shared by every node: the safety assumptions of
+// docs/design.md, "Leadership".
 const (
 	leaseDuration  = 2 * time.Second
 	renewEvery     = 500 * time.Millisecond

@@ -51,7 +51,7 @@
 //
 // # Scale scenarios
 //
-// `--scale lists,storm,churn,keys` runs instead the scenarios of issue 25,
+// `--scale lists,storm,churn,keys` runs instead the scale scenarios,
 // where etcd is known to break, one system fully before the other
 // (RunScale, ScaleReport): each reports one system's outcome as a table of
 // metrics with the ratio Axon/etcd. lists, storm and churn put each server
