@@ -32,16 +32,7 @@ func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
 	defer stop()
 	ctx := t.Context()
 	const n = 2000
-	val := strings.Repeat("v", 1024)
-	for i := 0; i < n; i += 100 {
-		var ops []clientv3.Op
-		for j := i; j < i+100; j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/big/%05d", j), val))
-		}
-		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	val := putBig(t, cli, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for c := range 8 {
@@ -90,6 +81,22 @@ func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
 	}
 }
 
+// putBig writes n keys /big/00000… of 1 KiB each, and returns the value.
+func putBig(t *testing.T, cli *clientv3.Client, n int) string {
+	t.Helper()
+	val := strings.Repeat("v", 1024)
+	for i := 0; i < n; i += 100 {
+		var ops []clientv3.Op
+		for j := i; j < min(i+100, n); j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/big/%05d", j), val))
+		}
+		if _, err := cli.Txn(t.Context()).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return val
+}
+
 // gatedConn is a client's connection that, once gated is set, reads
 // gateAfter more bytes and then stops reading until open is closed: a
 // client that reads its answers slowly.
@@ -136,16 +143,7 @@ func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
 	defer stop()
 	ctx := t.Context()
 	const n = 2000 // 2 MiB of values: twice the budget
-	val := strings.Repeat("v", 1024)
-	for i := 0; i < n; i += 100 {
-		var ops []clientv3.Op
-		for j := i; j < i+100; j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/big/%05d", j), val))
-		}
-		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putBig(t, cli, n)
 	gate := &gatedConn{open: make(chan struct{}), blocked: make(chan struct{})}
 	opened := sync.OnceFunc(func() { close(gate.open) })
 	slow, err := clientv3.New(clientv3.Config{

@@ -28,23 +28,17 @@ func (r Reader) Get(key []byte) ([]byte, bool, error) {
 // Scan calls fn for each key in [lower, upper) in order until fn returns
 // false.
 func (r Reader) Scan(lower, upper []byte, reverse bool, limit int, fn func(key, value []byte) bool) error {
-	it, err := r.Txn.Iter(IterOptions{Lower: lower, Upper: upper, Reverse: reverse, Limit: limit})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.Next() {
-		if !fn(it.Key(), it.Value()) {
-			break
-		}
-	}
-	return it.Err()
+	return r.scan(IterOptions{Lower: lower, Upper: upper, Reverse: reverse, Limit: limit}, fn)
 }
 
 // ScanShort is Scan forwards for a caller that needs no value longer
 // than short (IterOptions.Short): fn may get nil for such a value.
 func (r Reader) ScanShort(lower, upper []byte, limit, short int, fn func(key, value []byte) bool) error {
-	it, err := r.Txn.Iter(IterOptions{Lower: lower, Upper: upper, Limit: limit, Short: short})
+	return r.scan(IterOptions{Lower: lower, Upper: upper, Limit: limit, Short: short}, fn)
+}
+
+func (r Reader) scan(opts IterOptions, fn func(key, value []byte) bool) error {
+	it, err := r.Txn.Iter(opts)
 	if err != nil {
 		return err
 	}
