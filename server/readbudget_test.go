@@ -24,12 +24,7 @@ import (
 // eight clients at once through a budget of 1 MiB: every list completes
 // whole and right, while writes go on, and the budget is all given back.
 func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
-	eng, err := badger.Open(t.TempDir(), badger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, cli, stop := serveEngine(t, eng, server.Config{ReadMemory: 1 << 20})
-	defer stop()
+	s, cli := serveWithReadBudget(t, 1<<20)
 	ctx := t.Context()
 	const n = 2000
 	val := putBig(t, cli, n)
@@ -79,6 +74,20 @@ func TestConcurrentListsUnderATinyReadBudget(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), "axon_read_memory_limit_bytes 1.048576e+06") {
 		t.Errorf("metrics lack the read budget's limit:\n%s", rec.Body.String())
 	}
+}
+
+// serveWithReadBudget serves a Badger store in a temp dir with a read
+// memory budget of limit bytes, until the test ends.
+func serveWithReadBudget(t *testing.T, limit int64) (*server.Server, *clientv3.Client) {
+	t.Helper()
+	eng, err := badger.Open(t.TempDir(), badger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	s, cli, stop := serveEngine(t, eng, server.Config{ReadMemory: limit})
+	t.Cleanup(stop)
+	return s, cli
 }
 
 // putBig writes n keys /big/00000… of 1 KiB each, and returns the value.
@@ -135,12 +144,7 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 // answer is queued on the connection; a budget given back then would let
 // slow clients pile answers up in memory without bound.
 func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
-	eng, err := badger.Open(t.TempDir(), badger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, cli, stop := serveEngine(t, eng, server.Config{ReadMemory: 1 << 20})
-	defer stop()
+	s, cli := serveWithReadBudget(t, 1<<20)
 	ctx := t.Context()
 	const n = 2000 // 2 MiB of values: twice the budget
 	putBig(t, cli, n)
