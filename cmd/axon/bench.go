@@ -24,9 +24,11 @@ type benchFlags struct {
 	quick     bool
 	scale     string
 	memoryMiB int64
-	jsonPath  string
-	axonBin   string
-	tikv      tikvBenchFlags
+	// keysMemoryMiB is --keys-memory-limit-mib.
+	keysMemoryMiB int64
+	jsonPath      string
+	axonBin       string
+	tikv          tikvBenchFlags
 }
 
 func benchCmd() *cobra.Command {
@@ -118,6 +120,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.Int64Var(&sc.EtcdQuota, "etcd-quota-bytes", sc.EtcdQuota, "churn and keys: etcd's backend quota (its recommended maximum; its default is 2 GiB)")
 	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
 	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
+	fl.Int64Var(&f.keysMemoryMiB, "keys-memory-limit-mib", sc.KeysMemoryLimit>>20, "keys: memory cgroup limit of the server in MiB (0: no cgroup; the goal is judged at 4096)")
 	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
 	fl.StringVar(&f.axonBin, "axon-binary", "", "the axon binary whose `axon serve` is measured (default: this one), for A/B runs of two builds")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
@@ -180,6 +183,7 @@ func benchOptions(fl *pflag.FlagSet, f benchFlags, o bench.Options) (bench.Optio
 	if fl.Changed("memory-limit-mib") {
 		o.Scale.MemoryLimit = f.memoryMiB << 20
 	}
+	o.Scale.KeysMemoryLimit = f.keysMemoryMiB << 20
 	for s := range strings.SplitSeq(f.scale, ",") {
 		switch {
 		case s == "":

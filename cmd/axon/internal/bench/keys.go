@@ -8,6 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/axon-kv/axon/internal/cgroup"
 )
 
 // KeysStep is one system at one key count of the many-keys scenario.
@@ -37,8 +39,12 @@ type KeysStep struct {
 	RSSAfterRestartBytes int64   `json:"rss_after_restart_bytes"`
 	DiskBytes            int64   `json:"disk_bytes"`
 	DiskBytesPerKey      float64 `json:"disk_bytes_per_key"`
-	Errors               int64   `json:"errors"`
-	FirstError           string  `json:"first_error,omitempty"`
+	// ReadBytesPerGet is what the server fetched from the disk (its
+	// read_bytes, page faults on mapped files included) over the point
+	// gets, per get: 4096 a get is one page read from the disk per get.
+	ReadBytesPerGet float64 `json:"read_bytes_per_get"`
+	Errors          int64   `json:"errors"`
+	FirstError      string  `json:"first_error,omitempty"`
 }
 
 // KeysResult is one system's many-keys outcome, a step per key count.
@@ -52,14 +58,26 @@ type KeysResult struct {
 // load, point gets, a namespace's list, a physical compaction, disk per
 // key and a restart. etcd runs with EtcdQuota; once it refuses for
 // want of space the larger counts are skipped; Axon runs without a quota.
-// The servers run outside any cgroup: the point is what the key count
-// does to memory.
+// The server runs in a memory cgroup of KeysMemoryLimit if there is one,
+// else outside any: then the point is what the key count does to memory.
 func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	o := r.o.Scale
 	res := &KeysResult{}
 	s, err := r.newServer("keys")
 	if err != nil {
 		return nil, err
+	}
+	if o.KeysMemoryLimit > 0 {
+		cg, err := cgroup.New("axon-bench-keys-"+r.sys.name, o.KeysMemoryLimit)
+		if err != nil {
+			return nil, err
+		}
+		s.cg = cg
+		defer func() {
+			if err := cg.Remove(); err != nil {
+				r.log.Warn("cgroup", "err", err)
+			}
+		}()
 	}
 	switch r.sys.name {
 	case "etcd":
@@ -127,6 +145,10 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		return nil, err
 	}
 	st.SettleSeconds = settled.Seconds()
+	read0, err := procReadBytes(s.pid())
+	if err != nil {
+		return nil, err
+	}
 	gets, err := r.timed(ctx, s, clis, len(clis), o.KeysGets, r.o.MaxTime, r.o.OpTimeout, func(ctx context.Context, cli *clientv3.Client, wk *worker, _ int) (bool, error) {
 		g, err := cli.Get(ctx, key(wk.rng.IntN(st.Stored)))
 		if err == nil && len(g.Kvs) != 1 {
@@ -138,6 +160,11 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		return nil, err
 	}
 	st.GetP50Ms, st.GetP99Ms = gets.P50Ms, gets.P99Ms
+	read1, err := procReadBytes(s.pid())
+	if err != nil {
+		return nil, err
+	}
+	st.ReadBytesPerGet = div(float64(read1-read0), float64(gets.Ops))
 	full := max(st.Stored/o.KeysNamespace, 1) // namespaces there whole (or the one)
 	pages := time.Duration(o.KeysNamespace/r.o.ListPage + 1)
 	lists, err := r.timed(ctx, s, clis[:1], 1, o.KeysLists, r.o.MaxTime, pages*r.o.OpTimeout, func(ctx context.Context, cli *clientv3.Client, wk *worker, _ int) (bool, error) {
@@ -182,7 +209,7 @@ func (r *runner) keysStep(ctx context.Context, s *server, key func(int) string, 
 		return nil, err
 	}
 	r.log.Info("keys step", "keys", st.Stored, "load-rate", round(st.LoadRate), "get-p99", fmtMs(st.GetP99Ms), "list-p99", fmtMs(st.ListP99Ms),
-		"compact", fmtMs(st.CompactMs), "restart", fmtMs(st.RestartMs), "settle", fmtMs(st.SettleSeconds*1000), "peak-rss", fmtBytes(st.PeakRSSBytes), "peak-anon", fmtBytes(st.PeakAnonBytes), "disk/key", round(st.DiskBytesPerKey))
+		"read/get", round(st.ReadBytesPerGet), "compact", fmtMs(st.CompactMs), "restart", fmtMs(st.RestartMs), "settle", fmtMs(st.SettleSeconds*1000), "peak-rss", fmtBytes(st.PeakRSSBytes), "peak-anon", fmtBytes(st.PeakAnonBytes), "disk/key", round(st.DiskBytesPerKey))
 	return st, nil
 }
 

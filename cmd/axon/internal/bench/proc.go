@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -308,6 +309,20 @@ func parseStatCPU(stat string) (float64, error) {
 		return 0, fmt.Errorf("malformed stat: %w", err)
 	}
 	return float64(u+st) / userHZ, nil
+}
+
+// procReadBytes is what process pid has caused to be read from the
+// disk so far.
+func procReadBytes(pid int) (uint64, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, fmt.Errorf("read io: %w", err)
+	}
+	pio, err := p.IO()
+	if err != nil {
+		return 0, fmt.Errorf("read io: %w", err)
+	}
+	return pio.ReadBytes, nil
 }
 
 // procPeakRSS returns the peak resident set size (VmHWM) of process pid

@@ -53,8 +53,8 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(rep.Keys) > 0 {
-		fmt.Fprintf(w, "\nkeys: objects of %d B in namespaces of %s, loaded to %v keys in turn; at each: %d point gets, %d paginated lists of a namespace, a physical compaction, a restart; outside any cgroup; etcd's quota %s\n",
-			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, fmtBytes(o.EtcdQuota))
+		fmt.Fprintf(w, "\nkeys: objects of %d B in namespaces of %s, loaded to %v keys in turn; at each: %d point gets, %d paginated lists of a namespace, a physical compaction, a restart; %s; etcd's quota %s\n",
+			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, inCgroup(o.KeysMemoryLimit), fmtBytes(o.EtcdQuota))
 		if err := rep.table(w, keysMetrics(rep.Keys, o.KeysCounts)); err != nil {
 			return err
 		}
@@ -277,6 +277,7 @@ func keysMetrics(res map[string]*KeysResult, counts []int) []metric {
 			{name: at("peak anon RSS"), val: step(func(s KeysStep) float64 { return float64(s.PeakAnonBytes) }), show: showBytes},
 			{name: at("RSS after restart"), val: step(func(s KeysStep) float64 { return float64(s.RSSAfterRestartBytes) }), show: showBytes},
 			{name: at("disk bytes/key"), val: step(func(s KeysStep) float64 { return s.DiskBytesPerKey }), show: fmtCount},
+			{name: at("disk bytes read/get"), val: step(func(s KeysStep) float64 { return s.ReadBytesPerGet }), show: fmtCount},
 			{name: at("errors"), text: text(res, func(r *KeysResult) string {
 				if i >= len(r.Steps) {
 					return "-"
