@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -252,6 +253,10 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 	}
 	f.memoryBudget = budget
 	log.Info("memory budget", "bytes", budget, "from", from, "go-soft-limit", debug.SetMemoryLimit(-1))
+	if n := procs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), runtime.NumCPU()); n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
+	log.Info("procs", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	// The metrics listener comes up first so that /readyz answers 503
 	// while the engine opens and the node recovers.
 	var (
