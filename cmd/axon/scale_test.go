@@ -208,9 +208,15 @@ func TestScaleChurnWatchQuickIsSane(t *testing.T) {
 // per key count with every figure measured, all keys stored (the quick
 // counts are far below etcd's quota), the anon part of the peak within
 // it, a bounded wait for the server to settle, and disk per key at least
-// the value.
+// the value. Where a cgroup can be made, the server runs in one of its own
+// (--keys-memory-limit-mib).
 func TestScaleKeysQuickIsSane(t *testing.T) {
-	rep, table := runScaleQuick(t, bench.ScaleKeys, false)
+	var flags []string
+	where := "no memory cgroup"
+	if cgroup.Available() {
+		flags, where = []string{"--keys-memory-limit-mib", "512"}, "each server in a 512 MiB memory cgroup"
+	}
+	rep, table := runScaleQuick(t, bench.ScaleKeys, false, flags...)
 	q := bench.QuickScale()
 	for _, sys := range []string{"axon", "etcd"} {
 		r := rep.Keys[sys]
@@ -235,7 +241,7 @@ func TestScaleKeysQuickIsSane(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"20k: get p99", "50k: disk bytes/key"} {
+	for _, want := range []string{"20k: get p99", "50k: disk bytes/key", "50k: disk bytes read/get", where} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q", want)
 		}
