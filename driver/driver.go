@@ -83,7 +83,7 @@ type Config struct {
 	// first change (nil: a store without one).
 	AuthSecret func() ([]byte, error)
 	// Binary names this binary in the format record an auth change writes
-	// (core.AuthWrites).
+	// (auth.AuthWrites).
 	Binary string
 	// KeepGenOnFailedAuth plants a bug, for the simulator only: a failed
 	// auth change leaves gen alone (as before the fix), so a check that
