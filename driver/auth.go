@@ -224,7 +224,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
 			// that looked before now may load a snapshot without the
 			// change after it: gen voids what it keeps.
 			a.distrust.Store(int64(d.cfg.Clock.Now() + d.engineDeadline))
-			if !d.cfg.KeepGenOnFailedAuth {
+			if !d.cfg.Testing.KeepGenOnFailedAuth {
 				a.gen.Add(1)
 			}
 			a.cur.Store(nil)

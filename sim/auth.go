@@ -248,7 +248,7 @@ func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, l
 	if !n.w.plan.Auth {
 		return nil
 	}
-	if n.w.cfg.StaleAuthReads && !led {
+	if n.w.cfg.Plants.StaleAuthReads && !led {
 		if n.authSnap == nil {
 			n.authSnap = n.w.eng.Archive()
 		}
