@@ -2,6 +2,54 @@ package core
 
 import "bytes"
 
+// Compact asks to compact history below rev. The answer comes as a
+// Response to id once the compact revision is stored.
+func (n *Node) Compact(id RequestID, rev int64) {
+	switch {
+	case n.draining:
+		n.respond(id, ErrNotLeader)
+		return
+	case rev > n.committed:
+		n.respond(id, ErrFutureRev)
+		return
+	case n.compacting > n.compacted:
+		n.compactQueue = append(n.compactQueue, compactAsk{id, rev})
+		return
+	case rev <= n.compacted:
+		n.respond(id, ErrCompacted)
+		return
+	}
+	n.compacting = rev
+	n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: id, Rev: rev, Term: n.cfg.Term})
+}
+
+func (n *Node) reportCompact(w *Work, out Outcome) {
+	if out != Committed {
+		// Storing a larger compact revision is idempotent: try again.
+		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCompact, ID: w.ID, Rev: w.Rev, Term: w.Term, Attempt: w.Attempt + 1})
+		return
+	}
+	if w.Rev > n.compacted {
+		n.compacted = w.Rev
+		n.watch.compactRev = w.Rev
+		n.ring.Compact(w.Rev)
+		n.watch.compacted(n.compacted, &n.ready)
+		n.sweepTo(w.Rev)
+	}
+	n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Rev: n.committed})
+	for len(n.compactQueue) > 0 && n.compacting <= n.compacted {
+		next := n.compactQueue[0]
+		n.compactQueue = n.compactQueue[1:]
+		n.Compact(next.id, next.rev)
+	}
+}
+
+// compactAsk is a compaction waiting for the one being stored.
+type compactAsk struct {
+	id  RequestID
+	rev int64
+}
+
 // Sweep is a compaction sweep's progress between batches: it deletes what
 // compact revision Rev made unreachable, one bounded engine transaction at
 // a time, so writes never wait for it.

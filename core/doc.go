@@ -127,18 +127,9 @@
 //
 // # Auth
 //
-// AuthStore is etcd's auth store as a value (auth.go): Apply changes a
-// Clone by one request of etcd's Auth service, with etcd's rules and
-// errors, and bumps etcd's auth revision; Check, CheckOp, CheckAdmin and
-// CheckLeaseKeys are etcd's permission checks; IssueToken and Resolve
-// sign and verify tokens with the store's secret (the driver passes the
-// time in and runs bcrypt). The store is engine data under MetaAuth, its
-// change counter under MetaAuthSeq; AuthWrites are the writes that store
-// it and record format 4. Changes take no KV revision, as in etcd: the
-// driver runs them in an engine transaction of their own, on the leader,
-// and checks requests against the store before dealing them. Which copy
-// of the store a check uses is package driver's rule (driver.LookAuth);
-// ReadAuthSeq is the one small read that tells a copy is current.
+// etcd's auth store is package core/auth: engine data next to the KV
+// records, which the driver checks requests against before dealing them.
+// The node never sees it.
 //
 // # Writing a driver
 //

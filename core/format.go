@@ -15,7 +15,7 @@ import (
 //	1  values in latest and history records, revision records in one range
 //	2  a value stored once, in its history record (latest records hold none)
 //	3  revision records spread over RevisionShards shards; format recorded
-//	4  format 3 that may hold the auth store (MetaAuth, MetaAuthSeq)
+//	4  format 3 that may hold the auth store (auth.MetaAuth, auth.MetaAuthSeq)
 //
 // Formats 1 and 2 recorded no format; today's code reads both alike, so
 // an unrecorded store counts as FormatUnrecorded and upgrades the same way.
@@ -23,7 +23,7 @@ import (
 // Format 4 moves no record: a store of format 3 is format 4 without auth
 // records, so it is served as it is (no --upgrade-data) and stays
 // readable by binaries of format 3 until the first change of the auth
-// store records format 4 in the same transaction (AuthWrites). From then
+// store records format 4 in the same transaction (auth.AuthWrites). From then
 // on a binary of format 3 refuses the store, as written by a newer
 // binary, rather than serve it without its users and permissions.
 const (

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 )
 
 // authState is this member's copy of the auth store and when a check
@@ -35,7 +36,7 @@ type authState struct {
 }
 
 type authCopy struct {
-	store *core.AuthStore
+	store *auth.AuthStore
 	gen   uint64
 	// leader says the copy was loaded or written while leading in gen.
 	leader bool
@@ -45,7 +46,7 @@ type authCopy struct {
 // snapshot began (LookAuth): the trusted copy, or what loading one from
 // the snapshot may make of it.
 type AuthLook struct {
-	trusted *core.AuthStore
+	trusted *auth.AuthStore
 	cur     *authCopy
 	gen     uint64
 	led     bool
@@ -53,7 +54,7 @@ type AuthLook struct {
 
 // Trusted is the leader's copy of its term, the store itself, if the
 // check may use it; nil: the check reads a snapshot (LoadAuth).
-func (l AuthLook) Trusted() *core.AuthStore { return l.trusted }
+func (l AuthLook) Trusted() *auth.AuthStore { return l.trusted }
 
 // LookAuth starts a check of a request: led says the caller leads (the
 // snapshot it reads, if any, is the leader's). Call it before the
@@ -74,21 +75,21 @@ func (d *Driver) LookAuth(led bool) AuthLook {
 // engine snapshot begun after LookAuth: the copy if rd holds its
 // counter, else the store rd holds. The store becomes this member's copy
 // unless it has a newer one.
-func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*core.AuthStore, error) {
+func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.AuthStore, error) {
 	if l.trusted != nil {
 		return l.trusted, nil
 	}
-	seq, err := core.ReadAuthSeq(rd)
+	seq, err := auth.ReadAuthSeq(rd)
 	if err != nil {
 		return nil, err
 	}
-	var st *core.AuthStore
+	var st *auth.AuthStore
 	if l.cur != nil && l.cur.store.Seq == seq {
 		st = l.cur.store
-	} else if st, err = core.ReadAuth(rd); err != nil {
+	} else if st, err = auth.ReadAuth(rd); err != nil {
 		return nil, err
 	} else if st == nil {
-		st = core.NewAuthStore(nil)
+		st = auth.NewAuthStore(nil)
 	}
 	d.keepAuth(&authCopy{store: st, gen: l.gen, leader: l.led})
 	return st, nil
@@ -97,7 +98,7 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*core.AuthStore, error) {
 // AuthView is LookAuth then LoadAuth in one go, for a caller whose
 // engine reads block: rd is the request's snapshot, or nil for one from
 // open (only if the copy is not trusted).
-func (d *Driver) AuthView(rd core.Reader, led bool, open func() (core.Reader, func(), error)) (*core.AuthStore, error) {
+func (d *Driver) AuthView(rd core.Reader, led bool, open func() (core.Reader, func(), error)) (*auth.AuthStore, error) {
 	l := d.LookAuth(led)
 	if st := l.Trusted(); st != nil {
 		return st, nil
@@ -150,10 +151,10 @@ type AuthEngine interface {
 
 // AuthChange is one change of the auth store, to run on the leader.
 type AuthChange struct {
-	Change core.AuthChange
+	Change auth.AuthChange
 	// Admit refuses a caller that the stored store, once enabled, does
 	// not let change it (the caller's identity is the server's business).
-	Admit func(st *core.AuthStore) error
+	Admit func(st *auth.AuthStore) error
 	// Engine runs the change's transaction.
 	Engine AuthEngine
 }
@@ -164,7 +165,7 @@ type AuthChange struct {
 // this member's. Changes run one at a time, in arrival order. done gets
 // the new store (nil: nothing changed), or core.ErrNotLeader if this
 // member does not lead when the change's turn comes.
-func (d *Driver) ChangeAuth(c AuthChange, done func(*core.AuthStore, error)) {
+func (d *Driver) ChangeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
 	a := &d.auth
 	run := func() { d.changeAuth(c, done) }
 	a.mu.Lock()
@@ -178,8 +179,8 @@ func (d *Driver) ChangeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 	run()
 }
 
-func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
-	finish := func(next *core.AuthStore, err error) {
+func (d *Driver) changeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
+	finish := func(next *auth.AuthStore, err error) {
 		d.nextAuthChange()
 		done(next, err)
 	}
@@ -189,10 +190,10 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 	}
 	a := &d.auth
 	g := a.gen.Load()
-	var next *core.AuthStore
+	var next *auth.AuthStore
 	c.Engine.Update(func(rd core.Reader) ([]core.Write, error) {
 		next = nil
-		st, err := core.ReadAuth(rd)
+		st, err := auth.ReadAuth(rd)
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +202,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 			if err != nil {
 				return nil, err
 			}
-			st = core.NewAuthStore(secret)
+			st = auth.NewAuthStore(secret)
 		}
 		if st.Enabled && c.Admit != nil {
 			if err := c.Admit(st); err != nil {
@@ -214,7 +215,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 			return nil, err
 		}
 		next = st
-		return core.AuthWrites(st, d.cfg.Binary), nil
+		return auth.AuthWrites(st, d.cfg.Binary), nil
 	}, func(err error) {
 		switch {
 		case err != nil && next != nil:
@@ -223,7 +224,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*core.AuthStore, error)) {
 			// that looked before now may load a snapshot without the
 			// change after it: gen voids what it keeps.
 			a.distrust.Store(int64(d.cfg.Clock.Now() + d.engineDeadline))
-			if !d.cfg.KeepGenOnFailedAuth {
+			if !d.cfg.Testing.KeepGenOnFailedAuth {
 				a.gen.Add(1)
 			}
 			a.cur.Store(nil)

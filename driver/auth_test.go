@@ -8,6 +8,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
@@ -30,14 +31,14 @@ func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func
 }
 
 // changeAuth adds role name through d and returns what ChangeAuth said.
-func changeAuth(t *testing.T, d *driver.Driver, eng authEngine, name string) (*core.AuthStore, error) {
+func changeAuth(t *testing.T, d *driver.Driver, eng authEngine, name string) (*auth.AuthStore, error) {
 	t.Helper()
 	var (
-		next   *core.AuthStore
+		next   *auth.AuthStore
 		err    error
 		called bool
 	)
-	d.ChangeAuth(driver.AuthChange{Change: &pb.AuthRoleAddRequest{Name: name}, Engine: eng}, func(st *core.AuthStore, e error) {
+	d.ChangeAuth(driver.AuthChange{Change: &pb.AuthRoleAddRequest{Name: name}, Engine: eng}, func(st *auth.AuthStore, e error) {
 		next, err, called = st, e, true
 	})
 	if !called {

@@ -83,12 +83,19 @@ type Config struct {
 	// first change (nil: a store without one).
 	AuthSecret func() ([]byte, error)
 	// Binary names this binary in the format record an auth change writes
-	// (core.AuthWrites).
+	// (auth.AuthWrites).
 	Binary string
-	// KeepGenOnFailedAuth plants a bug, for the simulator only: a failed
-	// auth change leaves gen alone (as before the fix), so a check that
-	// looked before it and loads its snapshot after may leave the leader
-	// trusting a store without the change, once the deadline passed.
+	// Testing plants bugs for the simulator; production leaves it zero.
+	Testing TestingKnobs
+}
+
+// TestingKnobs are bugs the simulator plants to show its checks find
+// them (sim.Plants), kept apart so none is taken for a real setting.
+type TestingKnobs struct {
+	// KeepGenOnFailedAuth: a failed auth change leaves gen alone (as
+	// before the fix), so a check that looked before it and loads its
+	// snapshot after may leave the leader trusting a store without the
+	// change, once the deadline passed.
 	KeepGenOnFailedAuth bool
 }
 

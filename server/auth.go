@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
@@ -57,7 +58,7 @@ type authState struct {
 // authView returns the auth store a request is checked against. led says
 // the caller leads (its snapshot is the leader's); rd, when not nil, is
 // the request's engine snapshot.
-func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*core.AuthStore, error) {
+func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*auth.AuthStore, error) {
 	return s.drv.AuthView(rd, led, func() (core.Reader, func(), error) {
 		txn, err := s.eng.Begin(ctx)
 		if err != nil {
@@ -84,25 +85,25 @@ func tokenOf(ctx context.Context) (string, bool) {
 // call from an instance, whose certificate is the instance's, and so
 // never on a peer listener, which serves nothing else); else nobody.
 // With auth off nobody; a bad token is ErrAuthInvalidToken.
-func (s *Server) identify(ctx context.Context, st *core.AuthStore) (core.AuthIdentity, error) {
+func (s *Server) identify(ctx context.Context, st *auth.AuthStore) (auth.AuthIdentity, error) {
 	if !st.Enabled {
-		return core.AuthIdentity{}, nil
+		return auth.AuthIdentity{}, nil
 	}
 	if tok, ok := tokenOf(ctx); ok {
 		return s.tokens.resolve(st, tok, forwarded(ctx))
 	}
 	if p, ok := fromInstance(ctx); ok {
 		if p.User != "" {
-			return core.AuthIdentity{User: p.User, Revision: st.Revision}, nil
+			return auth.AuthIdentity{User: p.User, Revision: st.Revision}, nil
 		}
-		return core.AuthIdentity{}, nil
+		return auth.AuthIdentity{}, nil
 	}
 	if s.cfg.ClientCertAuth {
 		if cn := certUser(ctx); cn != "" {
-			return core.AuthIdentity{User: cn, Revision: st.Revision}, nil
+			return auth.AuthIdentity{User: cn, Revision: st.Revision}, nil
 		}
 	}
-	return core.AuthIdentity{}, nil
+	return auth.AuthIdentity{}, nil
 }
 
 // certVouch is the user a forward of a client's call vouches for: the
@@ -125,7 +126,7 @@ func (s *Server) certVouch(ctx context.Context) string {
 
 // authCheck decides whether a call may run, given the store and who it
 // runs as.
-type authCheck func(st *core.AuthStore, id core.AuthIdentity) error
+type authCheck func(st *auth.AuthStore, id auth.AuthIdentity) error
 
 // authorize resolves the caller of ctx and runs check (see authView for
 // rd and led). With auth off everything may run.
@@ -158,26 +159,26 @@ func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
 var (
 	// tokenValid: a given token must be valid (etcd checks it for every
 	// proposal, compaction included).
-	tokenValid authCheck = func(*core.AuthStore, core.AuthIdentity) error { return nil }
+	tokenValid authCheck = func(*auth.AuthStore, auth.AuthIdentity) error { return nil }
 	// someUser: etcd's requireAuthInfo.
-	someUser authCheck = func(_ *core.AuthStore, id core.AuthIdentity) error {
+	someUser authCheck = func(_ *auth.AuthStore, id auth.AuthIdentity) error {
 		if id.Revision == 0 {
-			return core.ErrAuthUserEmpty
+			return auth.ErrAuthUserEmpty
 		}
 		return nil
 	}
 	// admin: the root role.
-	admin authCheck = func(st *core.AuthStore, id core.AuthIdentity) error { return st.CheckAdmin(id) }
+	admin authCheck = func(st *auth.AuthStore, id auth.AuthIdentity) error { return st.CheckAdmin(id) }
 )
 
 // changeAuth applies a change to the auth store on the leader
 // (driver.ChangeAuth): the caller of ctx must be allowed to by the
 // stored store (the root role, once auth is on).
-func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
+func (s *Server) changeAuth(ctx context.Context, ch auth.AuthChange) error {
 	done := make(chan error, 1)
 	s.drv.ChangeAuth(driver.AuthChange{
 		Change: ch,
-		Admit: func(st *core.AuthStore) error {
+		Admit: func(st *auth.AuthStore) error {
 			id, err := s.identify(ctx, st)
 			if err != nil {
 				return err
@@ -185,7 +186,7 @@ func (s *Server) changeAuth(ctx context.Context, ch core.AuthChange) error {
 			return st.CheckAdmin(id)
 		},
 		Engine: authEngine{s: s, ctx: ctx},
-	}, func(next *core.AuthStore, err error) {
+	}, func(next *auth.AuthStore, err error) {
 		if next != nil {
 			s.log.Info("auth store changed", "change", authChangeName(ch), "auth_revision", next.Revision)
 		}
@@ -218,7 +219,7 @@ func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func
 
 // authChangeName names a change for the log: never its fields, which may
 // hold a password.
-func authChangeName(ch core.AuthChange) string {
+func authChangeName(ch auth.AuthChange) string {
 	name := string(ch.ProtoReflect().Descriptor().Name())
 	return strings.TrimSuffix(strings.TrimPrefix(name, "Auth"), "Request")
 }
@@ -236,7 +237,7 @@ func (s *Server) authenticate(ctx context.Context, name, password string) (strin
 		return "", err
 	}
 	hash, err := st.Login(name)
-	if errors.Is(err, core.ErrAuthNotEnabled) {
+	if errors.Is(err, auth.ErrAuthNotEnabled) {
 		return "", err
 	}
 	if err != nil {
@@ -247,7 +248,7 @@ func (s *Server) authenticate(ctx context.Context, name, password string) (strin
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
 		s.log.Info("authentication failed", "user", name)
-		return "", cmp.Or(err, core.ErrAuthFailed)
+		return "", cmp.Or(err, auth.ErrAuthFailed)
 	}
 	return s.tokens.issue(st, name)
 }

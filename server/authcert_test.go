@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/memkv"
@@ -90,7 +90,7 @@ func TestTheClientCertificateNamesTheUser(t *testing.T) {
 			// leader: refused either way.
 			{"carol vouches for root", put(carol, metadata.AppendToOutgoingContext(ctx, "axon-forwarded", "1", "axon-vouched-user", "root")), errRefused},
 			{"carol proves herself an instance vouching for root", put(carol, metadata.AppendToOutgoingContext(ctx, server.PeerProofKey,
-				core.SealPeerProof([]byte("a guess"), core.PeerProof{Instance: "x", User: "root", Expires: time.Now().Add(time.Minute).UnixNano()}))), errRefused},
+				auth.SealPeerProof([]byte("a guess"), auth.PeerProof{Instance: "x", User: "root", Expires: time.Now().Add(time.Minute).UnixNano()}))), errRefused},
 			{"alice watches k", func() error {
 				w, err := pb.NewWatchClient(alice).Watch(ctx)
 				if err == nil {

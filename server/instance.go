@@ -15,12 +15,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/storage"
 )
 
 // Who may call what. A client listener serves clients; a peer listener
 // serves the instances only. An instance proves it is one by sealing
-// each call (core.PeerProof) with a secret the instances share through
+// each call (auth.PeerProof) with a secret the instances share through
 // the engine, which no client can read: holding a peer certificate is
 // not enough, and neither is reaching the port. So, as on etcd:
 //
@@ -36,7 +37,7 @@ import (
 //     nobody. A stream is checked when it opens and keeps what it was
 //     proved to be, as a client's TLS connection keeps its certificate.
 
-// peerProofKey is the metadata that carries a call's core.PeerProof.
+// peerProofKey is the metadata that carries a call's auth.PeerProof.
 const peerProofKey = "axon-peer-proof"
 
 // peerSecretKey names the instances' shared secret in the engine, beside
@@ -74,8 +75,8 @@ type instanceCallKey struct{}
 type vouchKey struct{}
 
 // fromInstance returns the proof of a call another instance made.
-func fromInstance(ctx context.Context) (core.PeerProof, bool) {
-	p, ok := ctx.Value(instanceCallKey{}).(core.PeerProof)
+func fromInstance(ctx context.Context) (auth.PeerProof, bool) {
+	p, ok := ctx.Value(instanceCallKey{}).(auth.PeerProof)
 	return p, ok
 }
 
@@ -153,7 +154,7 @@ func (s *Server) prove(ctx context.Context) (context.Context, error) {
 		return nil, fmt.Errorf("%w: %w", errUnsent, err)
 	}
 	user, _ := ctx.Value(vouchKey{}).(string)
-	proof := core.SealPeerProof(secret, core.PeerProof{Instance: s.id, User: user, Expires: time.Now().Add(proofTTL).UnixNano()})
+	proof := auth.SealPeerProof(secret, auth.PeerProof{Instance: s.id, User: user, Expires: time.Now().Add(proofTTL).UnixNano()})
 	return metadata.AppendToOutgoingContext(ctx, peerProofKey, proof), nil
 }
 
@@ -189,7 +190,7 @@ func (s *Server) admit(ctx context.Context, l listener, method string) (context.
 			// The engine could not be read: the call does not run.
 			return nil, status.Error(codes.Unavailable, "axon: reading the instances' shared secret: "+err.Error())
 		default:
-			if p, ok := core.OpenPeerProof(secret, v[0], time.Now().UnixNano()); ok {
+			if p, ok := auth.OpenPeerProof(secret, v[0], time.Now().UnixNano()); ok {
 				return context.WithValue(ctx, instanceCallKey{}, p), nil
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 )
@@ -41,24 +42,24 @@ var coreErrors = []struct {
 	{core.ErrEmptyRequest, rpctypes.ErrGRPCKeyNotFound},
 	{core.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{core.ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests},
-	{core.ErrAuthRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
-	{core.ErrAuthRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
-	{core.ErrAuthUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
-	{core.ErrAuthUserEmpty, rpctypes.ErrGRPCUserEmpty},
-	{core.ErrAuthUserNotFound, rpctypes.ErrGRPCUserNotFound},
-	{core.ErrAuthRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
-	{core.ErrAuthRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
-	{core.ErrAuthRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
-	{core.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
-	{core.ErrAuthPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
-	{core.ErrAuthPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
-	{core.ErrAuthRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
-	{core.ErrAuthPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
-	{core.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
-	{core.ErrAuthInvalidToken, rpctypes.ErrGRPCInvalidAuthToken},
-	{core.ErrAuthInvalidMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
-	{core.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
-	{core.ErrAuthNoPasswordUser, status.Error(codes.Unknown, core.ErrAuthNoPasswordUser.Error())},
+	{auth.ErrAuthRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{auth.ErrAuthRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{auth.ErrAuthUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{auth.ErrAuthUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{auth.ErrAuthUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{auth.ErrAuthRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{auth.ErrAuthRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{auth.ErrAuthRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{auth.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrAuthPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{auth.ErrAuthPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{auth.ErrAuthRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{auth.ErrAuthPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{auth.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{auth.ErrAuthInvalidToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{auth.ErrAuthInvalidMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
+	{auth.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
+	{auth.ErrAuthNoPasswordUser, status.Error(codes.Unknown, auth.ErrAuthNoPasswordUser.Error())},
 }
 
 // toGRPC turns an error into the status etcd would answer with.
@@ -118,13 +119,13 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if !led {
 		// A follower checks against the auth store in the read's own
 		// snapshot: its counter is read with the range's first reads.
-		la.Gets = append(la.Gets, core.MetaKey(core.MetaAuthSeq))
+		la.Gets = append(la.Gets, core.MetaKey(auth.MetaAuthSeq))
 	}
 	rd, err := exec.Reader(txn, la)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	if err := k.s.authorize(ctx, rd, led, func(st *core.AuthStore, id core.AuthIdentity) error {
+	if err := k.s.authorize(ctx, rd, led, func(st *auth.AuthStore, id auth.AuthIdentity) error {
 		return st.CheckRange(id, r)
 	}); err != nil {
 		return nil, toGRPC(err)
@@ -172,7 +173,7 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	}
 	out, err := forward(k.s, ctx, func() (T, error) {
 		var zero T
-		if err := k.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
+		if err := k.s.authorizeLeader(ctx, func(st *auth.AuthStore, id auth.AuthIdentity) error {
 			return st.CheckWrite(id, op, k.s.drv.LeaseKeys)
 		}); err != nil {
 			return zero, err

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/memkv"
@@ -149,7 +150,7 @@ func TestPeerListenerServesProvedCallsOnly(t *testing.T) {
 	peer := conn(c.ins[l].peerAddr)
 	in := func(d time.Duration) int64 { return time.Now().Add(d).UnixNano() }
 	proved := func(secret []byte, expires int64) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, server.PeerProofKey, core.SealPeerProof(secret, core.PeerProof{Instance: "test", Expires: expires}))
+		return metadata.AppendToOutgoingContext(ctx, server.PeerProofKey, auth.SealPeerProof(secret, auth.PeerProof{Instance: "test", Expires: expires}))
 	}
 	for _, tc := range []struct {
 		name string

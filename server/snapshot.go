@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/internal/etcdsnap"
 	"github.com/axon-kv/axon/storage"
 )
@@ -100,7 +101,7 @@ func (m maintenanceServer) writeSnapshot(stream pb.Maintenance_SnapshotServer, p
 		}
 	}
 	// The auth store, in etcd's schema, as of the same snapshot.
-	if st, err := core.ReadAuth(rd); err != nil {
+	if st, err := auth.ReadAuth(rd); err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	} else if st != nil {
 		if err := w.Auth(st); err != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage/exec"
 )
@@ -356,7 +357,7 @@ func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.Watch
 	if len(key) == 0 {
 		key = []byte{0} // etcd's smallest key, for an empty one
 	}
-	err := w.s.authorizeLeader(ctx, func(st *core.AuthStore, id core.AuthIdentity) error {
+	err := w.s.authorizeLeader(ctx, func(st *auth.AuthStore, id auth.AuthIdentity) error {
 		return st.Check(id, key, c.RangeEnd, false)
 	})
 	if err == nil || errors.Is(err, core.ErrNotLeader) {
@@ -365,9 +366,9 @@ func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.Watch
 	// etcd's reason is the whole text of its gRPC error.
 	reason := rpctypes.ErrGRPCPermissionDenied.Error()
 	switch {
-	case errors.Is(err, core.ErrAuthInvalidToken), errors.Is(err, core.ErrAuthOldRevision), errors.Is(err, core.ErrAuthUserEmpty):
+	case errors.Is(err, auth.ErrAuthInvalidToken), errors.Is(err, auth.ErrAuthOldRevision), errors.Is(err, auth.ErrAuthUserEmpty):
 		reason = toGRPC(err).Error()
-	case !errors.Is(err, core.ErrAuthPermissionDenied):
+	case !errors.Is(err, auth.ErrAuthPermissionDenied):
 		w.s.log.Warn("watch permission check", "err", err)
 	}
 	ws.enqueue(&pb.WatchResponse{Header: w.s.header(w.s.committed()), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})

@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
@@ -44,9 +45,9 @@ var (
 type permKey struct{ key, end string }
 
 // authSetup is the store every auth world starts from, as changes.
-func authSetup() []core.AuthChange {
+func authSetup() []auth.AuthChange {
 	none := &authpb.UserAddOptions{NoPassword: true}
-	chs := []core.AuthChange{
+	chs := []auth.AuthChange{
 		&pb.AuthUserAddRequest{Name: authRoot, Options: none},
 		&pb.AuthUserGrantRoleRequest{User: authRoot, Role: "root"},
 	}
@@ -63,7 +64,7 @@ func authSetup() []core.AuthChange {
 		&pb.AuthEnableRequest{})
 }
 
-func grantPerm(role string, p permKey, t authpb.Permission_Type) core.AuthChange {
+func grantPerm(role string, p permKey, t authpb.Permission_Type) auth.AuthChange {
 	return &pb.AuthRoleGrantPermissionRequest{Name: role, Perm: &authpb.Permission{PermType: t, Key: []byte(p.key), RangeEnd: []byte(p.end)}}
 }
 
@@ -71,7 +72,7 @@ func grantPerm(role string, p permKey, t authpb.Permission_Type) core.AuthChange
 // any node starts or fault is injected (a cluster whose operator set
 // auth up).
 func (w *World) setUpAuth() error {
-	st := core.NewAuthStore([]byte("sim secret"))
+	st := auth.NewAuthStore([]byte("sim secret"))
 	for _, ch := range authSetup() {
 		if _, err := st.Apply(ch); err != nil {
 			return fmt.Errorf("auth setup %s: %w", describeAuthChange(ch), err)
@@ -81,7 +82,7 @@ func (w *World) setUpAuth() error {
 	if err != nil {
 		return err
 	}
-	if err := exec.Buffer(txn, core.AuthWrites(st, "sim")); err != nil {
+	if err := exec.Buffer(txn, auth.AuthWrites(st, "sim")); err != nil {
 		return err
 	}
 	if err := txn.Commit(context.Background()); err != nil {
@@ -108,7 +109,7 @@ func (c *client) authChange() input {
 	w := c.w
 	role := authRoles[w.rng.IntN(len(authRoles))]
 	p := authPerms[w.rng.IntN(len(authPerms))]
-	var ch core.AuthChange
+	var ch auth.AuthChange
 	switch w.rng.IntN(4) {
 	case 0:
 		ch = grantPerm(role, p, authpb.Permission_Type(w.rng.IntN(3)))
@@ -123,7 +124,7 @@ func (c *client) authChange() input {
 }
 
 // describeAuthChange renders a change for the trace, on one line.
-func describeAuthChange(ch core.AuthChange) string {
+func describeAuthChange(ch auth.AuthChange) string {
 	switch r := ch.(type) {
 	case *pb.AuthRoleGrantPermissionRequest:
 		return fmt.Sprintf("RoleGrantPermission %s %s %s", r.Name, r.Perm.PermType, describePerm(string(r.Perm.Key), string(r.Perm.RangeEnd)))
@@ -153,8 +154,8 @@ func describePerm(key, end string) string {
 // authErrors are the auth store's answers a client may get: definite
 // refusals.
 var authErrors = []error{
-	core.ErrAuthPermissionDenied, core.ErrAuthUserEmpty, core.ErrAuthOldRevision, core.ErrAuthRoleNotGranted,
-	core.ErrAuthPermissionNotGranted, core.ErrAuthRoleNotFound, core.ErrAuthUserNotFound, core.ErrAuthInvalidMgmt,
+	auth.ErrAuthPermissionDenied, auth.ErrAuthUserEmpty, auth.ErrAuthOldRevision, auth.ErrAuthRoleNotGranted,
+	auth.ErrAuthPermissionNotGranted, auth.ErrAuthRoleNotFound, auth.ErrAuthUserNotFound, auth.ErrAuthInvalidMgmt,
 }
 
 func isAuthError(err error) bool {
@@ -168,17 +169,17 @@ func isAuthError(err error) bool {
 
 // identity is who a call runs as against st: the user it names, as a
 // server takes a client certificate's.
-func identity(c *call, st *core.AuthStore) core.AuthIdentity {
+func identity(c *call, st *auth.AuthStore) auth.AuthIdentity {
 	if c.user == "" {
-		return core.AuthIdentity{}
+		return auth.AuthIdentity{}
 	}
-	return core.AuthIdentity{User: c.user, Revision: st.Revision}
+	return auth.AuthIdentity{User: c.user, Revision: st.Revision}
 }
 
 // authCheck is the server's check of a call against st: read for a
 // range, etcd's per-operation rules for a write, the root role for a
 // compaction. Lease calls are not checked here (see doc.go).
-func (n *node) authCheck(c *call, st *core.AuthStore) error {
+func (n *node) authCheck(c *call, st *auth.AuthStore) error {
 	if !st.Enabled {
 		return nil
 	}
@@ -236,7 +237,7 @@ func (n *node) authStall(look driver.AuthLook, led bool) time.Duration {
 
 // writesAuth reports whether a commit's keys hold the auth store's.
 func writesAuth(keys [][]byte) bool {
-	seq := core.MetaKey(core.MetaAuthSeq)
+	seq := core.MetaKey(auth.MetaAuthSeq)
 	return slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, seq) })
 }
 
@@ -247,7 +248,7 @@ func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, l
 	if !n.w.plan.Auth {
 		return nil
 	}
-	if n.w.cfg.StaleAuthReads && !led {
+	if n.w.cfg.Plants.StaleAuthReads && !led {
 		if n.authSnap == nil {
 			n.authSnap = n.w.eng.Archive()
 		}
@@ -264,9 +265,9 @@ func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, l
 func (n *node) changeAuth(c *call, done func(error)) {
 	n.drv.ChangeAuth(driver.AuthChange{
 		Change: c.in.auth,
-		Admit:  func(st *core.AuthStore) error { return st.CheckAdmin(identity(c, st)) },
+		Admit:  func(st *auth.AuthStore) error { return st.CheckAdmin(identity(c, st)) },
 		Engine: simAuthEngine{n: n, c: c},
-	}, func(_ *core.AuthStore, err error) { done(err) })
+	}, func(_ *auth.AuthStore, err error) { done(err) })
 }
 
 // authAttempt is a commit of an auth change that may have applied.
@@ -332,7 +333,7 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 // writtenSeq is the store's Seq among an auth change's writes.
 func writtenSeq(ws []core.Write) uint64 {
 	for _, w := range ws {
-		if string(w.Key) == string(core.MetaKey(core.MetaAuthSeq)) {
+		if string(w.Key) == string(core.MetaKey(auth.MetaAuthSeq)) {
 			s, _ := binary.Uvarint(w.Value)
 			return s
 		}

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/memkv"
 )
@@ -40,7 +41,7 @@ func (m *authModel) clone() *authModel {
 	return c
 }
 
-func (m *authModel) apply(ch core.AuthChange) {
+func (m *authModel) apply(ch auth.AuthChange) {
 	switch r := ch.(type) {
 	case *pb.AuthUserAddRequest:
 		m.users[r.Name] = map[string]bool{}
@@ -159,7 +160,7 @@ func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
 		return true, cl.patched.by, true // it applied
 	case cl.status != answered:
 		return false, 0, false
-	case errors.Is(cl.err, core.ErrAuthPermissionDenied):
+	case errors.Is(cl.err, auth.ErrAuthPermissionDenied):
 		return false, cl.end, true
 	case cl.err == nil, isEtcdError(cl.err):
 		return true, cl.end, true
@@ -175,7 +176,7 @@ type authChain struct {
 	models []*authModel      // models[i]: at Seq seq0+i
 	from   []time.Duration   // from[i]: the commit call of Seq seq0+i
 	known  []time.Duration   // known[i]: see authAttempt.known (-1: never)
-	change []core.AuthChange // change[i]: what made Seq seq0+i
+	change []auth.AuthChange // change[i]: what made Seq seq0+i
 }
 
 // checkAuth holds every permission check to the auth store's history: a
@@ -263,9 +264,9 @@ func (w *World) authChain() (*authChain, error) {
 			return nil, fmt.Errorf("auth: lost change: op%d (%s) acknowledged, not applied", cl.id, describeAuthChange(cl.in.auth))
 		}
 	}
-	var final *core.AuthStore
+	var final *auth.AuthStore
 	err := w.final(func(rd storage.Reader, _ core.State) (err error) {
-		final, err = core.ReadAuth(rd)
+		final, err = auth.ReadAuth(rd)
 		return err
 	})
 	if err != nil || final == nil {
@@ -275,7 +276,7 @@ func (w *World) authChain() (*authChain, error) {
 	for _, ch := range authSetup() {
 		m.apply(ch)
 	}
-	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []core.AuthChange{nil}}
+	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []auth.AuthChange{nil}}
 	for s := w.authSeq0 + 1; s <= final.Seq; s++ {
 		a, ok := applied[s]
 		if !ok {
@@ -326,7 +327,7 @@ func (m *authModel) describe() string {
 }
 
 // describeStore renders an engine's store as the model's describe does.
-func describeStore(st *core.AuthStore) string {
+func describeStore(st *auth.AuthStore) string {
 	m := newAuthModel()
 	users, roles := st.ExportAuth()
 	for _, u := range users {

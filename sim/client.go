@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 )
 
@@ -35,7 +36,7 @@ type input struct {
 	rev   int64
 	// counter marks the read and the Txn of a hot-counter CAS loop.
 	counter bool
-	auth    core.AuthChange
+	auth    auth.AuthChange
 }
 
 type callStatus uint8

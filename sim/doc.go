@@ -45,9 +45,8 @@
 // judged), and a snapshot (core.Export) that holds exactly the events
 // since the compaction and the versions alive at it; core invariants run
 // after every step, with one across nodes: a term is led by one node,
-// once. A crashed node's pending answers die with it. Config's BreakDrift,
-// SkipConflictChecks, DealEagerly, EarlyLeaseGone, StaleAuthReads,
-// KeepGenOnFailedAuth and SkipPrevReads break an assumption or plant a bug, for tests that
-// prove the checkers see what they are for. cmd/axon's `axon sim` runs one
-// seed or a swarm; docs/testing.md tells how to run and replay seeds.
+// once. A crashed node's pending answers die with it. Config's BreakDrift
+// breaks an assumption and its Plants plant bugs, for tests that prove
+// the checkers see what they are for. cmd/axon's `axon sim` runs one seed
+// or a swarm; docs/testing.md tells how to run and replay seeds.
 package sim

@@ -203,7 +203,7 @@ func (n *node) flush(sub *watchSub) {
 		for len(sub.taken) > 0 {
 			// As the server's sender: read the previous values the
 			// events lack, from the engine, before sending.
-			if n.w.cfg.SkipPrevReads {
+			if n.w.cfg.Plants.SkipPrevReads {
 				sub.taken[0].Unread = nil
 			}
 			if err := exec.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {

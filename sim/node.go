@@ -82,7 +82,7 @@ func (n *node) start() {
 		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
-		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeepGenOnFailedAuth: n.w.cfg.KeepGenOnFailedAuth, Hooks: driver.Hooks{
+		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, Testing: driver.TestingKnobs{KeepGenOnFailedAuth: n.w.cfg.Plants.KeepGenOnFailedAuth}, Hooks: driver.Hooks{
 			Check: func(m *core.Member) {
 				if nd := m.Node(); nd != nil {
 					n.w.checkTermLedOnce(n.id(), m.Term(), nd)
@@ -227,11 +227,11 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 		n.on(mtx.Delay(), "recovered", func() { d.Done(wk, driver.Result{State: st, Err: err}) })
 		return
 	}
-	if n.w.cfg.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
+	if n.w.cfg.Plants.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
 		// The planted bug: deal before knowing whether it writes.
 		_ = d.Deal(wk)
 	}
-	if n.w.cfg.DealEagerly && wk.Kind == core.WorkBatch {
+	if n.w.cfg.Plants.DealEagerly && wk.Kind == core.WorkBatch {
 		for _, sub := range wk.Batch {
 			_ = d.Deal(sub)
 		}
@@ -422,7 +422,7 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 	case opCompact:
 		checked(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
 	case opKeepAlive:
-		if _, err := nd.TimeToLive(c.in.lease, n.clock()); err != nil && n.w.cfg.EarlyLeaseGone {
+		if _, err := nd.TimeToLive(c.in.lease, n.clock()); err != nil && n.w.cfg.Plants.EarlyLeaseGone {
 			*got = answer{lease: leaseReply{id: c.in.lease}, rev: nd.Committed()}
 			done(err) // the planted bug: TimeToLive hides a lease whose expiry is in flight
 			return

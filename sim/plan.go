@@ -20,6 +20,18 @@ type Config struct {
 	// BreakDrift lets clocks drift far beyond the bound the leadership
 	// protocol assumes; the checks should then find anomalies.
 	BreakDrift bool
+	// Plants are the bugs planted in this run (none by default).
+	Plants Plants
+	// Trace keeps a readable trace in the Result.
+	Trace bool
+	// Porcupine also runs porcupine's search over the history (slow on
+	// long histories; the revision-order witness check always runs).
+	Porcupine bool
+}
+
+// Plants are bugs planted on purpose, each for a test that proves a check
+// finds it (docs/testing.md, "Planted bugs").
+type Plants struct {
 	// SkipConflictChecks plants a bug in the engine: each commit skips
 	// its conflict check with this probability (memkv's
 	// Fault.SkipConflictCheck); the checks should then find lost updates.
@@ -40,22 +52,17 @@ type Config struct {
 	// auth check should then find permissions honoured after their
 	// revoke was acknowledged.
 	StaleAuthReads bool
-	// KeepGenOnFailedAuth plants a bug in the driver
-	// (driver.Config.KeepGenOnFailedAuth): a failed auth change does not
-	// void the loads under way on the leader, so one that read a snapshot
-	// from before the change can become its trusted copy; the auth check
-	// should then find a permission the landed change revoked honoured.
+	// KeepGenOnFailedAuth plants a bug in the driver (its TestingKnobs):
+	// a failed auth change does not void the loads under way on the
+	// leader, so one that read a snapshot from before the change can
+	// become its trusted copy; the auth check should then find a
+	// permission the landed change revoked honoured.
 	KeepGenOnFailedAuth bool
 	// SkipPrevReads plants a bug in the watch sender: it sends events
 	// without reading the previous values their writes left unread
 	// (exec.ReadPrev), as a driver that forgot that step would; the
 	// watch check should then find prev_kv without its value.
 	SkipPrevReads bool
-	// Trace keeps a readable trace in the Result.
-	Trace bool
-	// Porcupine also runs porcupine's search over the history (slow on
-	// long histories; the revision-order witness check always runs).
-	Porcupine bool
 }
 
 func (c Config) withDefaults() Config {

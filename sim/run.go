@@ -210,7 +210,7 @@ func (w *World) scheduleFaults() {
 func (w *World) injector(inj memkv.Injector) memkv.Injector {
 	return memkv.InjectorFunc(func(op memkv.Op) memkv.Fault {
 		f := inj.Inject(op)
-		if op.Kind == memkv.OpCommit && w.chance(w.cfg.SkipConflictChecks) {
+		if op.Kind == memkv.OpCommit && w.chance(w.cfg.Plants.SkipConflictChecks) {
 			f.SkipConflictCheck = true
 			w.faults["skip-conflict-check"]++
 		}

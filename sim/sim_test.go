@@ -133,13 +133,13 @@ func TestBrokenDriftIsCaught(t *testing.T) {
 // without the plant.
 func TestSkippedConflictCheckIsCaught(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Ops: 1000, SkipConflictChecks: 0.02}
+	cfg := Config{Ops: 1000, Plants: Plants{SkipConflictChecks: 0.02}}
 	r, ok := firstFailure(1, 200, cfg)
 	if !ok {
 		t.Fatal("200 seeds with skipped conflict checks all passed: the checks see no lost update")
 	}
 	t.Logf("found at seed %d in %v: %s", r.Seed, time.Since(start).Round(time.Millisecond), r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.SkipConflictChecks = 0 })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.SkipConflictChecks = 0 })
 }
 
 // TestSkippedPrevReadsAreCaught plants a watch sender that forgets to
@@ -148,7 +148,7 @@ func TestSkippedConflictCheckIsCaught(t *testing.T) {
 // check must find it at once; the seed must replay bit for bit, and pass
 // without the plant.
 func TestSkippedPrevReadsAreCaught(t *testing.T) {
-	cfg := Config{Ops: 500, SkipPrevReads: true}
+	cfg := Config{Ops: 500, Plants: Plants{SkipPrevReads: true}}
 	r, ok := firstFailure(1, 20, cfg)
 	if !ok {
 		t.Fatal("20 seeds sending unread previous values all passed: the watch check sees no prev_kv")
@@ -157,7 +157,7 @@ func TestSkippedPrevReadsAreCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by a wrong prev_kv: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.SkipPrevReads = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.SkipPrevReads = false })
 }
 
 // TestEagerDealingIsCaught plants the bug class the kube-apiserver suite
@@ -167,7 +167,7 @@ func TestSkippedPrevReadsAreCaught(t *testing.T) {
 // then answers 410 Gone after a restart). The swarm must find it at once;
 // the seed must replay bit for bit, and pass without the plant.
 func TestEagerDealingIsCaught(t *testing.T) {
-	cfg := Config{Ops: 300, DealEagerly: true}
+	cfg := Config{Ops: 300, Plants: Plants{DealEagerly: true}}
 	r, ok := firstFailure(1, 20, cfg)
 	if !ok {
 		t.Fatal("20 seeds dealing eagerly all passed: the checks see no revision without a write")
@@ -176,7 +176,7 @@ func TestEagerDealingIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by an empty revision: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.DealEagerly = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.DealEagerly = false })
 }
 
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
@@ -185,7 +185,7 @@ func TestEagerDealingIsCaught(t *testing.T) {
 // client was told it was gone. The swarm must find it within 300 seeds;
 // the seed must replay bit for bit, and pass without the plant.
 func TestEarlyLeaseGoneIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, EarlyLeaseGone: true}
+	cfg := Config{Ops: 1000, Plants: Plants{EarlyLeaseGone: true}}
 	r, ok := firstFailure(1, 300, cfg)
 	if !ok {
 		t.Fatal("300 seeds answering keepalives early all passed: the lease checks see nothing")
@@ -198,7 +198,7 @@ func TestEarlyLeaseGoneIsCaught(t *testing.T) {
 	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
 		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
 	}
-	cfg.EarlyLeaseGone = false
+	cfg.Plants.EarlyLeaseGone = false
 	if clean := Run(cfg); clean.Err != nil {
 		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
 	}
@@ -315,7 +315,7 @@ func BenchmarkSeed(b *testing.B) {
 // The auth check must find it within 100 seeds; the seed must replay bit
 // for bit, and pass without the plant.
 func TestStaleAuthReadsIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, StaleAuthReads: true}
+	cfg := Config{Ops: 1000, Plants: Plants{StaleAuthReads: true}}
 	r, ok := firstFailure(1, 100, cfg)
 	if !ok {
 		t.Fatal("100 seeds with stale auth reads all passed: the auth check sees nothing")
@@ -324,7 +324,7 @@ func TestStaleAuthReadsIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by the auth check: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.StaleAuthReads = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.StaleAuthReads = false })
 }
 
 // TestAuthDimension checks that the auth world does what it is for: the
@@ -359,7 +359,7 @@ func TestAuthDimension(t *testing.T) {
 // must find it within 300 seeds; the seed must replay bit for bit, and
 // pass without the plant.
 func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, KeepGenOnFailedAuth: true}
+	cfg := Config{Ops: 1000, Plants: Plants{KeepGenOnFailedAuth: true}}
 	r, ok := firstFailure(1, 300, cfg)
 	if !ok {
 		t.Fatal("300 seeds keeping gen on failed auth changes all passed: the auth check sees nothing")
@@ -368,5 +368,5 @@ func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by a decision no store fits: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.KeepGenOnFailedAuth = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.KeepGenOnFailedAuth = false })
 }

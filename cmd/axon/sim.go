@@ -15,18 +15,14 @@ import (
 )
 
 type simFlags struct {
-	seed        uint64
-	seeds       int
-	first       uint64
-	parallel    int
-	ops         int
-	breakDrift  bool
-	skipChecks  float64
-	dealEagerly bool
-	earlyLease  bool
-	staleAuth   bool
-	keepGen     bool
-	outDir      string
+	seed       uint64
+	seeds      int
+	first      uint64
+	parallel   int
+	ops        int
+	breakDrift bool
+	plants     sim.Plants
+	outDir     string
 }
 
 func simCmd() *cobra.Command {
@@ -48,17 +44,17 @@ func simCmd() *cobra.Command {
 	fl.IntVar(&f.parallel, "parallel", 2, "seeds run at once in a swarm")
 	fl.IntVar(&f.ops, "ops", 1000, "client operations per seed before healing")
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
-	fl.Float64Var(&f.skipChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
-	fl.BoolVar(&f.dealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
-	fl.BoolVar(&f.earlyLease, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
-	fl.BoolVar(&f.staleAuth, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
-	fl.BoolVar(&f.keepGen, "keep-gen-on-failed-auth", false, "plant a bug: a failed auth change does not void the leader's auth loads under way (checks should fail)")
+	fl.Float64Var(&f.plants.SkipConflictChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
+	fl.BoolVar(&f.plants.DealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
+	fl.BoolVar(&f.plants.EarlyLeaseGone, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
+	fl.BoolVar(&f.plants.StaleAuthReads, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
+	fl.BoolVar(&f.plants.KeepGenOnFailedAuth, "keep-gen-on-failed-auth", false, "plant a bug: a failed auth change does not void the leader's auth loads under way (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, SkipConflictChecks: f.skipChecks, DealEagerly: f.dealEagerly, EarlyLeaseGone: f.earlyLease, StaleAuthReads: f.staleAuth, KeepGenOnFailedAuth: f.keepGen, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Plants: f.plants, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
@@ -66,19 +62,19 @@ func replayCommand(f simFlags, seed uint64) string {
 	if f.breakDrift {
 		s += " --break-drift"
 	}
-	if f.skipChecks > 0 {
-		s += fmt.Sprintf(" --skip-conflict-checks %g", f.skipChecks)
+	if f.plants.SkipConflictChecks > 0 {
+		s += fmt.Sprintf(" --skip-conflict-checks %g", f.plants.SkipConflictChecks)
 	}
-	if f.dealEagerly {
+	if f.plants.DealEagerly {
 		s += " --deal-eagerly"
 	}
-	if f.earlyLease {
+	if f.plants.EarlyLeaseGone {
 		s += " --early-lease-gone"
 	}
-	if f.staleAuth {
+	if f.plants.StaleAuthReads {
 		s += " --stale-auth-reads"
 	}
-	if f.keepGen {
+	if f.plants.KeepGenOnFailedAuth {
 		s += " --keep-gen-on-failed-auth"
 	}
 	return s

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 )
 
 // StorageVersion is the etcd storage version the database declares (as
@@ -106,7 +107,7 @@ func (w *Writer) Lease(id, ttl int64) error {
 
 // Auth files the auth store in etcd's schema: the enabled flag and the
 // auth revision in the auth bucket, users and roles in theirs.
-func (w *Writer) Auth(a *core.AuthStore) error {
+func (w *Writer) Auth(a *auth.AuthStore) error {
 	if w.err != nil {
 		return w.err
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/exec"
 )
@@ -118,12 +119,12 @@ func Restore(ctx context.Context, path string, eng storage.Engine, opts RestoreO
 		if err := w.add(im.Finish(leases)); err != nil {
 			return err
 		}
-		auth, err := readAuth(tx)
+		st, err := readAuth(tx)
 		if err != nil {
 			return err
 		}
-		if auth != nil {
-			if err := w.add(core.AuthRecords(auth)); err != nil {
+		if st != nil {
+			if err := w.add(auth.AuthRecords(st)); err != nil {
 				return err
 			}
 		}
@@ -342,7 +343,7 @@ func readCompacted(tx *bbolt.Tx) (int64, error) {
 }
 
 // readAuth reads etcd's auth buckets; nil when auth was never set up.
-func readAuth(tx *bbolt.Tx) (*core.AuthStore, error) {
+func readAuth(tx *bbolt.Tx) (*auth.AuthStore, error) {
 	var (
 		enabled bool
 		rev     uint64
@@ -385,7 +386,7 @@ func readAuth(tx *bbolt.Tx) (*core.AuthStore, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
 	}
-	return core.ImportAuth(enabled, rev, users, roles, secret), nil
+	return auth.ImportAuth(enabled, rev, users, roles, secret), nil
 }
 
 // readLeases reads the lease bucket.

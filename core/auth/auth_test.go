@@ -1,4 +1,4 @@
-package core_test
+package auth_test
 
 import (
 	"errors"
@@ -11,12 +11,12 @@ import (
 	"go.etcd.io/etcd/pkg/v3/adt"
 	"pgregory.net/rapid"
 
-	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 )
 
 // apply applies changes in order to a fresh store and returns it with the
 // error of the last.
-func apply(t *testing.T, st *core.AuthStore, chs ...core.AuthChange) error {
+func apply(t *testing.T, st *auth.AuthStore, chs ...auth.AuthChange) error {
 	t.Helper()
 	var err error
 	for _, ch := range chs {
@@ -45,33 +45,33 @@ var (
 func TestAuthChangesFollowEtcdsRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		changes []core.AuthChange
+		changes []auth.AuthChange
 		want    error
 	}{
-		{"enabling needs a root user", []core.AuthChange{enable}, core.ErrAuthRootUserNotExist},
-		{"enabling needs root to have the root role", []core.AuthChange{addRoot, enable}, core.ErrAuthRootRoleNotExist},
-		{"root with the root role enables", []core.AuthChange{addRoot, rootRole, enable}, nil},
-		{"the root role needs no adding", []core.AuthChange{addRoot, rootRole}, nil},
-		{"a user is added once", []core.AuthChange{addAlice, addAlice}, core.ErrAuthUserAlreadyExist},
-		{"a user has a name", []core.AuthChange{&pb.AuthUserAddRequest{}}, core.ErrAuthUserEmpty},
-		{"a role has a name", []core.AuthChange{&pb.AuthRoleAddRequest{}}, core.ErrAuthRoleEmpty},
-		{"a role is added once", []core.AuthChange{addR1, addR1}, core.ErrAuthRoleAlreadyExist},
-		{"granting a missing role", []core.AuthChange{addAlice, aliceToR1}, core.ErrAuthRoleNotFound},
-		{"granting to a missing user", []core.AuthChange{addR1, aliceToR1}, core.ErrAuthUserNotFound},
-		{"revoking a role not granted", []core.AuthChange{addAlice, &pb.AuthUserRevokeRoleRequest{Name: "alice", Role: "r1"}}, core.ErrAuthRoleNotGranted},
-		{"a permission needs a key", []core.AuthChange{addR1, grant("r1", authpb.Permission_READ, "", "")}, core.ErrAuthInvalidMgmt},
-		{"a range ends above its key", []core.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "a")}, core.ErrAuthInvalidMgmt},
-		{"from a key on is a range", []core.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "\x00")}, nil},
-		{"a permission is given", []core.AuthChange{addR1, &pb.AuthRoleGrantPermissionRequest{Name: "r1"}}, core.ErrAuthPermissionNotGiven},
-		{"revoking a permission not granted", []core.AuthChange{addR1, &pb.AuthRoleRevokePermissionRequest{Role: "r1", Key: []byte("k")}}, core.ErrAuthPermissionNotGranted},
-		{"root stays while auth is on", []core.AuthChange{addRoot, rootRole, enable, &pb.AuthUserDeleteRequest{Name: "root"}}, core.ErrAuthInvalidMgmt},
-		{"root keeps its role while auth is on", []core.AuthChange{addRoot, rootRole, enable, &pb.AuthUserRevokeRoleRequest{Name: "root", Role: "root"}}, core.ErrAuthInvalidMgmt},
-		{"root may go while auth is off", []core.AuthChange{addRoot, &pb.AuthUserDeleteRequest{Name: "root"}}, nil},
-		{"deleting a missing user", []core.AuthChange{&pb.AuthUserDeleteRequest{Name: "x"}}, core.ErrAuthUserNotFound},
-		{"deleting a missing role", []core.AuthChange{&pb.AuthRoleDeleteRequest{Role: "x"}}, core.ErrAuthRoleNotFound},
+		{"enabling needs a root user", []auth.AuthChange{enable}, auth.ErrAuthRootUserNotExist},
+		{"enabling needs root to have the root role", []auth.AuthChange{addRoot, enable}, auth.ErrAuthRootRoleNotExist},
+		{"root with the root role enables", []auth.AuthChange{addRoot, rootRole, enable}, nil},
+		{"the root role needs no adding", []auth.AuthChange{addRoot, rootRole}, nil},
+		{"a user is added once", []auth.AuthChange{addAlice, addAlice}, auth.ErrAuthUserAlreadyExist},
+		{"a user has a name", []auth.AuthChange{&pb.AuthUserAddRequest{}}, auth.ErrAuthUserEmpty},
+		{"a role has a name", []auth.AuthChange{&pb.AuthRoleAddRequest{}}, auth.ErrAuthRoleEmpty},
+		{"a role is added once", []auth.AuthChange{addR1, addR1}, auth.ErrAuthRoleAlreadyExist},
+		{"granting a missing role", []auth.AuthChange{addAlice, aliceToR1}, auth.ErrAuthRoleNotFound},
+		{"granting to a missing user", []auth.AuthChange{addR1, aliceToR1}, auth.ErrAuthUserNotFound},
+		{"revoking a role not granted", []auth.AuthChange{addAlice, &pb.AuthUserRevokeRoleRequest{Name: "alice", Role: "r1"}}, auth.ErrAuthRoleNotGranted},
+		{"a permission needs a key", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "", "")}, auth.ErrAuthInvalidMgmt},
+		{"a range ends above its key", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "a")}, auth.ErrAuthInvalidMgmt},
+		{"from a key on is a range", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "\x00")}, nil},
+		{"a permission is given", []auth.AuthChange{addR1, &pb.AuthRoleGrantPermissionRequest{Name: "r1"}}, auth.ErrAuthPermissionNotGiven},
+		{"revoking a permission not granted", []auth.AuthChange{addR1, &pb.AuthRoleRevokePermissionRequest{Role: "r1", Key: []byte("k")}}, auth.ErrAuthPermissionNotGranted},
+		{"root stays while auth is on", []auth.AuthChange{addRoot, rootRole, enable, &pb.AuthUserDeleteRequest{Name: "root"}}, auth.ErrAuthInvalidMgmt},
+		{"root keeps its role while auth is on", []auth.AuthChange{addRoot, rootRole, enable, &pb.AuthUserRevokeRoleRequest{Name: "root", Role: "root"}}, auth.ErrAuthInvalidMgmt},
+		{"root may go while auth is off", []auth.AuthChange{addRoot, &pb.AuthUserDeleteRequest{Name: "root"}}, nil},
+		{"deleting a missing user", []auth.AuthChange{&pb.AuthUserDeleteRequest{Name: "x"}}, auth.ErrAuthUserNotFound},
+		{"deleting a missing role", []auth.AuthChange{&pb.AuthRoleDeleteRequest{Role: "x"}}, auth.ErrAuthRoleNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := apply(t, core.NewAuthStore(nil), tc.changes...); !errors.Is(err, tc.want) {
+			if err := apply(t, auth.NewAuthStore(nil), tc.changes...); !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
@@ -79,12 +79,12 @@ func TestAuthChangesFollowEtcdsRules(t *testing.T) {
 }
 
 func TestTheAuthRevisionMovesAsEtcds(t *testing.T) {
-	st := core.NewAuthStore(nil)
+	st := auth.NewAuthStore(nil)
 	if st.Revision != 1 {
 		t.Fatalf("a new store is at revision %d, etcd's starts at 1", st.Revision)
 	}
 	for _, tc := range []struct {
-		ch      core.AuthChange
+		ch      auth.AuthChange
 		changed bool
 		rev     uint64
 	}{
@@ -111,7 +111,7 @@ func TestTheAuthRevisionMovesAsEtcds(t *testing.T) {
 }
 
 func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
-	st := core.NewAuthStore(nil)
+	st := auth.NewAuthStore(nil)
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1,
 		grant("r1", authpb.Permission_READ, "k", ""),
 		grant("r1", authpb.Permission_READWRITE, "a", "c"),
@@ -123,51 +123,51 @@ func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
 		enable); err != nil {
 		t.Fatal(err)
 	}
-	alice := core.AuthIdentity{User: "alice", Revision: st.Revision}
+	alice := auth.AuthIdentity{User: "alice", Revision: st.Revision}
 	for _, tc := range []struct {
 		key, end string
 		write    bool
 		want     error
 	}{
 		{"k", "", false, nil},
-		{"k", "", true, core.ErrAuthPermissionDenied},
-		{"k0", "", false, core.ErrAuthPermissionDenied}, // a key permission is one key
+		{"k", "", true, auth.ErrAuthPermissionDenied},
+		{"k0", "", false, auth.ErrAuthPermissionDenied}, // a key permission is one key
 		{"k", "k\x00", false, nil},                      // the range of that one key
 		{"a", "c", true, nil},
 		{"b", "", true, nil},
 		{"a", "e", false, nil}, // two adjoining permissions cover it
-		{"a", "e", true, core.ErrAuthPermissionDenied},
-		{"a", "e\x00", false, core.ErrAuthPermissionDenied},
+		{"a", "e", true, auth.ErrAuthPermissionDenied},
+		{"a", "e\x00", false, auth.ErrAuthPermissionDenied},
 		{"p/x", "", true, nil},
-		{"p/", "p0", false, core.ErrAuthPermissionDenied},
+		{"p/", "p0", false, auth.ErrAuthPermissionDenied},
 		{"x", "\x00", false, nil}, // from a key on
 		{"y", "", false, nil},
 		{"zzz", "\x00", false, nil},
-		{"w", "\x00", false, core.ErrAuthPermissionDenied},
-		{"m", "p", false, core.ErrAuthPermissionDenied}, // the gap
+		{"w", "\x00", false, auth.ErrAuthPermissionDenied},
+		{"m", "p", false, auth.ErrAuthPermissionDenied}, // the gap
 		{"o", "p", false, nil},
-		{"\x00", "\x00", false, core.ErrAuthPermissionDenied},
+		{"\x00", "\x00", false, auth.ErrAuthPermissionDenied},
 	} {
 		if err := st.Check(alice, []byte(tc.key), []byte(tc.end), tc.write); !errors.Is(err, tc.want) {
 			t.Errorf("alice on [%q, %q) write=%v: got %v, want %v", tc.key, tc.end, tc.write, err, tc.want)
 		}
 	}
-	root := core.AuthIdentity{User: "root", Revision: st.Revision}
+	root := auth.AuthIdentity{User: "root", Revision: st.Revision}
 	for _, tc := range []struct {
 		name string
-		id   core.AuthIdentity
+		id   auth.AuthIdentity
 		want error
 	}{
 		{"root may do anything", root, nil},
-		{"no user", core.AuthIdentity{}, core.ErrAuthUserEmpty},
-		{"an old revision", core.AuthIdentity{User: "root", Revision: st.Revision - 1}, core.ErrAuthOldRevision},
-		{"an unknown user", core.AuthIdentity{User: "eve", Revision: st.Revision}, core.ErrAuthPermissionDenied},
+		{"no user", auth.AuthIdentity{}, auth.ErrAuthUserEmpty},
+		{"an old revision", auth.AuthIdentity{User: "root", Revision: st.Revision - 1}, auth.ErrAuthOldRevision},
+		{"an unknown user", auth.AuthIdentity{User: "eve", Revision: st.Revision}, auth.ErrAuthPermissionDenied},
 	} {
 		if err := st.Check(tc.id, []byte("\x00"), []byte("\x00"), true); !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if err := st.CheckAdmin(alice); !errors.Is(err, core.ErrAuthPermissionDenied) {
+	if err := st.CheckAdmin(alice); !errors.Is(err, auth.ErrAuthPermissionDenied) {
 		t.Errorf("alice as admin: %v", err)
 	}
 	if err := st.CheckAdmin(root); err != nil {
@@ -176,12 +176,12 @@ func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
 }
 
 func TestTxnChecksEveryOpAndCompare(t *testing.T) {
-	st := core.NewAuthStore(nil)
+	st := auth.NewAuthStore(nil)
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1,
 		grant("r1", authpb.Permission_READWRITE, "a", "c"), grant("r1", authpb.Permission_READ, "k", ""), enable); err != nil {
 		t.Fatal(err)
 	}
-	alice := core.AuthIdentity{User: "alice", Revision: st.Revision}
+	alice := auth.AuthIdentity{User: "alice", Revision: st.Revision}
 	put := func(k string, lease int64) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Lease: lease}}}
 	}
@@ -204,9 +204,9 @@ func TestTxnChecksEveryOpAndCompare(t *testing.T) {
 		want error
 	}{
 		{"compare on a readable key", txn("k", put("a", 0)), nil},
-		{"compare on an unreadable key", txn("z", put("a", 0)), core.ErrAuthPermissionDenied},
-		{"a nested put out of reach", txn("", txn("", put("a", 0), put("k", 0))), core.ErrAuthPermissionDenied},
-		{"a put with a lease of unwritable keys", put("a", 7), core.ErrAuthPermissionDenied},
+		{"compare on an unreadable key", txn("z", put("a", 0)), auth.ErrAuthPermissionDenied},
+		{"a nested put out of reach", txn("", txn("", put("a", 0), put("k", 0))), auth.ErrAuthPermissionDenied},
+		{"a put with a lease of unwritable keys", put("a", 7), auth.ErrAuthPermissionDenied},
 		{"a put with a lease of no keys", put("a", 8), nil},
 	} {
 		if err := st.CheckOp(alice, tc.op, leases); !errors.Is(err, tc.want) {
@@ -216,7 +216,7 @@ func TestTxnChecksEveryOpAndCompare(t *testing.T) {
 }
 
 func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
-	st := core.NewAuthStore([]byte("secret"))
+	st := auth.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -225,17 +225,17 @@ func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
 	txn := func(ops ...*pb.RequestOp) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
 	}
-	ahead := core.AuthIdentity{User: "root", Revision: st.Revision + 1}
+	ahead := auth.AuthIdentity{User: "root", Revision: st.Revision + 1}
 	for _, tc := range []struct {
 		name string
-		id   core.AuthIdentity
+		id   auth.AuthIdentity
 		op   *pb.RequestOp
 		want error
 	}{
-		{"a range at the store's revision", core.AuthIdentity{User: "root", Revision: st.Revision}, rangeOp, nil},
-		{"a range with no user", core.AuthIdentity{}, rangeOp, nil},
-		{"a range from a newer revision", ahead, rangeOp, core.ErrAuthOldRevision},
-		{"a txn of ranges from a newer revision", ahead, txn(rangeOp, rangeOp), core.ErrAuthOldRevision},
+		{"a range at the store's revision", auth.AuthIdentity{User: "root", Revision: st.Revision}, rangeOp, nil},
+		{"a range with no user", auth.AuthIdentity{}, rangeOp, nil},
+		{"a range from a newer revision", ahead, rangeOp, auth.ErrAuthOldRevision},
+		{"a txn of ranges from a newer revision", ahead, txn(rangeOp, rangeOp), auth.ErrAuthOldRevision},
 		{"a txn that writes, from a newer revision", ahead, txn(rangeOp, putOp), nil},
 		{"a put from a newer revision", ahead, putOp, nil},
 	} {
@@ -246,7 +246,7 @@ func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
 }
 
 func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
-	st := core.NewAuthStore([]byte("secret"))
+	st := auth.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -255,9 +255,9 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	if id, err := st.Resolve(tok, now); err != nil || id.User != "alice" || id.Revision != st.Revision {
 		t.Fatalf("a fresh token: %v %v", id, err)
 	}
-	invalid := func(what, tok string, st *core.AuthStore, at int64) {
+	invalid := func(what, tok string, st *auth.AuthStore, at int64) {
 		t.Helper()
-		if _, err := st.Resolve(tok, at); !errors.Is(err, core.ErrAuthInvalidToken) {
+		if _, err := st.Resolve(tok, at); !errors.Is(err, auth.ErrAuthInvalidToken) {
 			t.Errorf("%s: got %v, want an invalid token", what, err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	invalid("tampered", tok[:len(tok)-2]+"AA", st, now)
 	invalid("garbage", "x.y.z", st, now)
 	invalid("empty", "", st, now)
-	invalid("signed with another secret", core.NewAuthStore([]byte("other")).IssueToken("alice", later, nil), st, now)
+	invalid("signed with another secret", auth.NewAuthStore([]byte("other")).IssueToken("alice", later, nil), st, now)
 
 	changed := st.Clone()
 	_ = apply(t, changed, &pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "h2"})
@@ -285,7 +285,7 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 }
 
 func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
-	st := core.NewAuthStore([]byte("secret"))
+	st := auth.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -302,10 +302,10 @@ func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
 	}
 	changed := st.Clone()
 	_ = apply(t, changed, &pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "h2"})
-	if _, _, err := changed.ResolveToken(renewed); !errors.Is(err, core.ErrAuthInvalidToken) {
+	if _, _, err := changed.ResolveToken(renewed); !errors.Is(err, auth.ErrAuthInvalidToken) {
 		t.Errorf("renewing revived a token void since: %v", err)
 	}
-	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", core.NewAuthStore([]byte("other")).IssueToken("alice", 1, nil)} {
+	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", auth.NewAuthStore([]byte("other")).IssueToken("alice", 1, nil)} {
 		if _, ok := st.RenewToken(forged, 5000); ok {
 			t.Errorf("renewed a token not signed with the secret: %q", forged)
 		}
@@ -313,16 +313,16 @@ func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
 }
 
 func TestTheAuthStoreEncodesAndRefusesGarbage(t *testing.T) {
-	st := core.NewAuthStore([]byte("secret"))
+	st := auth.NewAuthStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1, grant("r1", authpb.Permission_READ, "a", "b"), enable); err != nil {
 		t.Fatal(err)
 	}
-	b := core.EncodeAuth(st)
-	got, err := core.DecodeAuth(b)
+	b := auth.EncodeAuth(st)
+	got, err := auth.DecodeAuth(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(core.EncodeAuth(got)) != string(b) {
+	if string(auth.EncodeAuth(got)) != string(b) {
 		t.Fatal("decoding and encoding again changed the record")
 	}
 	tok := st.IssueToken("alice", 10, nil)
@@ -330,7 +330,7 @@ func TestTheAuthStoreEncodesAndRefusesGarbage(t *testing.T) {
 		t.Fatalf("a token of the original on the decoded copy: %v", err)
 	}
 	for i := range b {
-		if _, err := core.DecodeAuth(b[:i]); err == nil {
+		if _, err := auth.DecodeAuth(b[:i]); err == nil {
 			t.Fatalf("a record cut to %d of %d bytes decoded", i, len(b))
 		}
 	}
@@ -344,8 +344,8 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		key := rapid.StringMatching(`[abc]{1,3}`)
 		end := rapid.OneOf(rapid.Just(""), rapid.Just("\x00"), rapid.StringMatching(`[abcd]{1,3}`))
-		st := core.NewAuthStore(nil)
-		changes := []core.AuthChange{addAlice, addR1, aliceToR1}
+		st := auth.NewAuthStore(nil)
+		changes := []auth.AuthChange{addAlice, addR1, aliceToR1}
 		tree := adt.NewIntervalTree()
 		for i := range rapid.IntRange(0, 5).Draw(t, "perms") {
 			k, e := key.Draw(t, fmt.Sprint("key", i)), end.Draw(t, fmt.Sprint("end", i))
@@ -381,7 +381,7 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 		default:
 			want = tree.Contains(adt.NewBytesAffineInterval([]byte(qk), []byte(qe)))
 		}
-		err := st.Check(core.AuthIdentity{User: "alice", Revision: st.Revision}, []byte(qk), []byte(qe), false)
+		err := st.Check(auth.AuthIdentity{User: "alice", Revision: st.Revision}, []byte(qk), []byte(qe), false)
 		if got := err == nil; got != want {
 			t.Fatalf("read [%q, %q): allowed=%v, etcd's tree says %v (%v)", qk, qe, got, want, err)
 		}
@@ -391,27 +391,27 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 func TestAPeerProofIsTheInstancesAlone(t *testing.T) {
 	secret := []byte("secret")
 	const now = 1000
-	alice := core.PeerProof{Instance: "a", User: "alice", Expires: now + 1}
+	alice := auth.PeerProof{Instance: "a", User: "alice", Expires: now + 1}
 	for _, tc := range []struct {
 		name string
 		v    string
-		want core.PeerProof
+		want auth.PeerProof
 	}{
-		{"genuine", core.SealPeerProof(secret, alice), alice},
-		{"no user", core.SealPeerProof(secret, core.PeerProof{Instance: "b", Expires: now + 1}), core.PeerProof{Instance: "b", Expires: now + 1}},
-		{"expired", core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "alice", Expires: now}), core.PeerProof{}},
-		{"never expiring is expired", core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "root"}), core.PeerProof{}},
-		{"another secret's", core.SealPeerProof([]byte("other"), alice), core.PeerProof{}},
-		{"a bare name", "root", core.PeerProof{}},
-		{"tampered", core.SealPeerProof(secret, alice)[1:], core.PeerProof{}},
-		{"the user moved to another proof", swapPayload(core.SealPeerProof(secret, alice), core.SealPeerProof(secret, core.PeerProof{Instance: "a", User: "root", Expires: now + 1})), core.PeerProof{}},
+		{"genuine", auth.SealPeerProof(secret, alice), alice},
+		{"no user", auth.SealPeerProof(secret, auth.PeerProof{Instance: "b", Expires: now + 1}), auth.PeerProof{Instance: "b", Expires: now + 1}},
+		{"expired", auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", User: "alice", Expires: now}), auth.PeerProof{}},
+		{"never expiring is expired", auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", User: "root"}), auth.PeerProof{}},
+		{"another secret's", auth.SealPeerProof([]byte("other"), alice), auth.PeerProof{}},
+		{"a bare name", "root", auth.PeerProof{}},
+		{"tampered", auth.SealPeerProof(secret, alice)[1:], auth.PeerProof{}},
+		{"the user moved to another proof", swapPayload(auth.SealPeerProof(secret, alice), auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", User: "root", Expires: now + 1})), auth.PeerProof{}},
 	} {
-		got, ok := core.OpenPeerProof(secret, tc.v, now)
-		if got != tc.want || ok != (tc.want != core.PeerProof{}) {
+		got, ok := auth.OpenPeerProof(secret, tc.v, now)
+		if got != tc.want || ok != (tc.want != auth.PeerProof{}) {
 			t.Errorf("%s: got %+v %v, want %+v", tc.name, got, ok, tc.want)
 		}
 	}
-	if _, ok := core.OpenPeerProof(nil, core.SealPeerProof(nil, alice), now); ok {
+	if _, ok := auth.OpenPeerProof(nil, auth.SealPeerProof(nil, alice), now); ok {
 		t.Error("no secret took a proof")
 	}
 }

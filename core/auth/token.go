@@ -1,4 +1,4 @@
-package core
+package auth
 
 import (
 	"crypto/hmac"
@@ -124,7 +124,7 @@ func (a *AuthStore) RenewToken(token string, expires int64) (string, bool) {
 
 // Login is the part of Authenticate after the password check: the user
 // must exist and have a password. It returns the hash to compare with
-// (bcrypt runs outside core).
+// (bcrypt runs outside this package).
 func (a *AuthStore) Login(user string) (hash []byte, err error) {
 	if !a.Enabled {
 		return nil, ErrAuthNotEnabled

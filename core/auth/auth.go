@@ -1,4 +1,4 @@
-package core
+package auth
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/axon-kv/axon/core"
 )
 
 // Errors of the auth store, with etcd's texts (rpctypes' ErrGRPC* of the
@@ -105,7 +107,7 @@ func (a *AuthStore) Clone() *AuthStore {
 
 // AuthChange is one request of etcd's Auth service that changes the
 // store. Passwords arrive hashed (HashedPassword): bcrypt runs outside
-// core.
+// this package.
 type AuthChange = proto.Message
 
 // Apply applies a change to a (a Clone the caller owns). changed is false
@@ -400,7 +402,7 @@ func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uin
 func DecodeAuth(b []byte) (*AuthStore, error) {
 	d := authDecoder{b: b}
 	if d.uvarint() != 1 {
-		return nil, ErrBadRecord
+		return nil, core.ErrBadRecord
 	}
 	a := &AuthStore{Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
 	a.Enabled = d.uvarint() == 1
@@ -410,19 +412,19 @@ func DecodeAuth(b []byte) (*AuthStore, error) {
 	for i := uint64(0); i < nu && d.err == nil; i++ {
 		u := &AuthUser{CredRev: d.uvarint(), User: &authpb.User{}}
 		if err := proto.Unmarshal(d.bytes(), u.User); err != nil {
-			return nil, ErrBadRecord
+			return nil, core.ErrBadRecord
 		}
 		a.Users[string(u.Name)] = u
 	}
 	for i := uint64(0); i < nr && d.err == nil; i++ {
 		r := &authpb.Role{}
 		if err := proto.Unmarshal(d.bytes(), r); err != nil {
-			return nil, ErrBadRecord
+			return nil, core.ErrBadRecord
 		}
 		a.Roles[string(r.Name)] = r
 	}
 	if d.err != nil || len(d.b) != 0 {
-		return nil, ErrBadRecord
+		return nil, core.ErrBadRecord
 	}
 	a.index()
 	return a, nil
@@ -436,7 +438,7 @@ type authDecoder struct {
 func (d *authDecoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.err, d.b = ErrBadRecord, nil
+		d.err, d.b = core.ErrBadRecord, nil
 		return 0
 	}
 	d.b = d.b[n:]
@@ -446,7 +448,7 @@ func (d *authDecoder) uvarint() uint64 {
 func (d *authDecoder) bytes() []byte {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
-		d.err, d.b = ErrBadRecord, nil
+		d.err, d.b = core.ErrBadRecord, nil
 		return nil
 	}
 	v := d.b[:n]
@@ -457,16 +459,16 @@ func (d *authDecoder) bytes() []byte {
 // AuthWrites are the writes that store a: its record, its Seq, and the
 // format that knows auth records (a binary of format 3 refuses them
 // instead of serving the store without auth).
-func AuthWrites(a *AuthStore, by string) []Write {
-	return append(AuthRecords(a), FormatWrite(by))
+func AuthWrites(a *AuthStore, by string) []core.Write {
+	return append(AuthRecords(a), core.FormatWrite(by))
 }
 
 // AuthRecords are the two records of a, without the format (a restore
 // records it last).
-func AuthRecords(a *AuthStore) []Write {
-	return []Write{
-		{Key: MetaKey(MetaAuth), Value: EncodeAuth(a)},
-		{Key: MetaKey(MetaAuthSeq), Value: binary.AppendUvarint(nil, a.Seq)},
+func AuthRecords(a *AuthStore) []core.Write {
+	return []core.Write{
+		{Key: core.MetaKey(MetaAuth), Value: EncodeAuth(a)},
+		{Key: core.MetaKey(MetaAuthSeq), Value: binary.AppendUvarint(nil, a.Seq)},
 	}
 }
 
@@ -504,21 +506,21 @@ func (a *AuthStore) ExportAuth() (users []*authpb.User, roles []*authpb.Role) {
 }
 
 // ReadAuthSeq reads the stored store's Seq (0: none stored).
-func ReadAuthSeq(rd Reader) (uint64, error) {
-	v, ok, err := rd.Get(MetaKey(MetaAuthSeq))
+func ReadAuthSeq(rd core.Reader) (uint64, error) {
+	v, ok, err := rd.Get(core.MetaKey(MetaAuthSeq))
 	if err != nil || !ok {
 		return 0, err
 	}
 	s, n := binary.Uvarint(v)
 	if n <= 0 {
-		return 0, ErrBadRecord
+		return 0, core.ErrBadRecord
 	}
 	return s, nil
 }
 
 // ReadAuth reads the stored store; nil if there is none.
-func ReadAuth(rd Reader) (*AuthStore, error) {
-	v, ok, err := rd.Get(MetaKey(MetaAuth))
+func ReadAuth(rd core.Reader) (*AuthStore, error) {
+	v, ok, err := rd.Get(core.MetaKey(MetaAuth))
 	if err != nil || !ok {
 		return nil, err
 	}
