@@ -194,7 +194,7 @@ func (d *Driver) Done(w *core.Work, r Result) {
 	d.Step(func(m *core.Member) { m.Done(w, r) }, nil)
 }
 
-// Deal deals undealt request work its revision (exec.Dealer).
+// Deal deals undealt request work its revision (Dealer).
 func (d *Driver) Deal(w *core.Work) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

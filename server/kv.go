@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // coreErrors maps core's etcd errors to etcd's gRPC errors.
@@ -120,7 +120,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		// snapshot: its counter is read with the range's first reads.
 		la.Gets = append(la.Gets, core.MetaKey(core.MetaAuthSeq))
 	}
-	rd, err := exec.Reader(txn, la)
+	rd, err := driver.Reader(txn, la)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -51,7 +51,7 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 		Help: "Engine transactions that write, by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, alarm.",
 	}, []string{"kind"})
 	for k := core.WorkRequest; k <= core.WorkBatch; k++ {
-		if k != core.WorkCatchUp && k != core.WorkRecover { // reads, not run through exec.Run
+		if k != core.WorkCatchUp && k != core.WorkRecover { // reads, not run through driver.Run
 			a.work[k] = work.WithLabelValues(k.String())
 		}
 	}

@@ -45,7 +45,7 @@
 // transactions older than a timestamp, with client-go's range resolver
 // (the one TiKV's GC runs: primaries checked as if expired, committed
 // ones committed, the rest rolled back), region by region in parallel. A
-// new leader runs it before recovering (storage/exec.Recover): a
+// new leader runs it before recovering (driver.Recover): a
 // predecessor killed between prewrite and commit no longer holds writes
 // up for the locks' 3 s TTL.
 //
