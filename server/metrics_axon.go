@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
 )
 
 // axonMetrics are Axon's own families, for what etcd has no name for.
@@ -56,7 +57,7 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 		}
 	}
 	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
-	if c, ok := s.eng.(interface{ Collectors() []prometheus.Collector }); ok {
+	if c, ok := s.eng.(storage.MetricsSource); ok {
 		reg.MustRegister(c.Collectors()...)
 	}
 	return a

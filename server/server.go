@@ -229,7 +229,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	s.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
-	if sz, ok := eng.(interface{ Size() int64 }); ok {
+	if sz, ok := eng.(storage.Sizer); ok {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
