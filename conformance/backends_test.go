@@ -171,7 +171,7 @@ func startAxonTLS(t testing.TB, opts backendOptions, tp *tlsPair) *kubernetes.Cl
 // and every read goes through the read index.
 func startAxonFollower(t testing.TB, opts backendOptions) *kubernetes.Client {
 	t.Helper()
-	base, err := tikv.NewMock(tikv.MockOptions{Regions: 4})
+	base, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
-	"github.com/axon-kv/axon/storage/exec"
+	"github.com/axon-kv/axon/driver"
 )
 
 func TestNoSpaceRefusesWhatAddsData(t *testing.T) {
@@ -50,13 +50,13 @@ func TestNoSpaceRefusesWhatAddsData(t *testing.T) {
 		}
 	}
 	// A new leader reads the alarm from the engine.
-	st, err := exec.Recover(s.ctx, s.eng)
+	st, err := driver.Recover(s.ctx, s.eng)
 	if err != nil || !st.NoSpace {
 		t.Fatalf("recovered NoSpace=%v, %v", st.NoSpace, err)
 	}
 	s.node.SetNoSpace(9, false)
 	s.settle()
-	if st, _ := exec.Recover(s.ctx, s.eng); st.NoSpace || s.node.NoSpace() {
+	if st, _ := driver.Recover(s.ctx, s.eng); st.NoSpace || s.node.NoSpace() {
 		t.Fatal("disarmed alarm still raised")
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -98,7 +98,7 @@ func benchEngine(b *testing.B, n int) (*memkv.Engine, int64) {
 	for i := 0; i < n; i++ {
 		node.Propose(core.RequestID(i+1), putOp(fmt.Sprintf("key%04d", i), "value"))
 		for _, w := range node.Ready().Work {
-			eff, out, _ := exec.Run(ctx, eng, w, node)
+			eff, out, _ := driver.Run(ctx, eng, w, node)
 			node.Done(w, core.Result{Effects: eff, Outcome: out})
 		}
 	}
@@ -200,7 +200,7 @@ func BenchmarkCommitAmongWatchers(b *testing.B) {
 }
 
 // BenchmarkNodeCreate is one Kubernetes create (Txn If ModRevision==0
-// Then Put Else Get) through everything core and storage/exec do for it:
+// Then Put Else Get) through everything core and the driver's apply layer do for it:
 // propose, latch, evaluate undealt, deal, evaluate again, buffer, commit
 // (memkv), report and release the response.
 func BenchmarkNodeCreate(b *testing.B) {
@@ -217,7 +217,7 @@ func BenchmarkNodeCreate(b *testing.B) {
 			Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
 		}}})
 		for _, w := range node.Ready().Work {
-			eff, out, _ := exec.Run(ctx, eng, w, node)
+			eff, out, _ := driver.Run(ctx, eng, w, node)
 			node.Done(w, core.Result{Effects: eff, Outcome: out})
 		}
 		rs := node.Ready().Responses

@@ -55,7 +55,7 @@
 // evaluation: a key's latest record and, where the request reads it, its
 // newest history record (the value); a write alone reads no value (see
 // "Previous values" in prev.go). A driver whose engine pays a round trip
-// per read issues them together before evaluating (storage/exec.Reader),
+// per read issues them together before evaluating (driver.Reader),
 // so a create, an update or a failed compare reads in one round trip.
 // Evaluation still reads through the Reader: predictions only save time.
 //
@@ -155,7 +155,7 @@
 //     Evaluate (undealt request work: when Effects.NeedsRevision, Deal
 //     it, then Redeal it with those Effects, which finishes the
 //     evaluation at the dealt revision; a WorkBatch's requests in
-//     order, each seeing the writes of those before it; storage/exec.Apply
+//     order, each seeing the writes of those before it; driver.Apply
 //     does all this), apply Effects.Writes, commit unless Effects.Late or nothing
 //     is written — and call Done(w, Result{Effects, Outcome}), the
 //     Outcome being Committed, NotApplied (definitely not applied) or
@@ -175,7 +175,7 @@
 //     the stream). A response that lists Unread events must have their
 //     previous values read before it is sent: ReadPrevValues in an engine
 //     snapshot, outside the lock, retried while the engine fails, the
-//     stream's later responses waiting behind it (storage/exec.ReadPrev;
+//     stream's later responses waiting behind it (driver.ReadPrev;
 //     "Previous values" in prev.go).
 //     - HandedOff: tell the successor named in the record to look now.
 //  4. Repeat with whatever arrives next: a request, a finished work item,

@@ -26,7 +26,7 @@ type Write struct {
 	Delete     bool
 	// New says Key must not exist in the engine: the transaction must not
 	// commit if it does (an engine assertion, or a read first; see
-	// storage/exec.Buffer).
+	// driver.Buffer).
 	New bool
 }
 
@@ -156,7 +156,7 @@ const probeRev = 1<<62 - 1
 // again: the probe read what a second evaluation would read and decided
 // what it would decide, and only the revision it stamped differs (see
 // restamp). A create costs about twenty allocations less and core and
-// storage/exec a third less CPU (BenchmarkNodeCreate).
+// the driver's apply layer a third less CPU (BenchmarkNodeCreate).
 func Redeal(rd Reader, w *Work, probe *Effects) (*Effects, error) {
 	tx := probe.probe
 	if tx == nil || w.Rev == 0 || w.Kind != WorkRequest {

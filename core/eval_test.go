@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -35,7 +35,7 @@ type scene struct {
 func newScene(t testing.TB, cfg core.Config) *scene {
 	t.Helper()
 	s := &scene{t: t, ctx: context.Background(), eng: memkv.New()}
-	st, err := exec.Recover(s.ctx, s.eng)
+	st, err := driver.Recover(s.ctx, s.eng)
 	if err != nil {
 		t.Fatalf("recover an empty engine: %v", err)
 	}
@@ -111,11 +111,11 @@ func (s *scene) take(kind core.WorkKind, rev int64) *core.Work {
 func (s *scene) run(w *core.Work) {
 	s.t.Helper()
 	if w.Kind == core.WorkCatchUp {
-		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, 0)
+		evs, last, err := driver.CatchUp(s.ctx, s.eng, w, 0)
 		s.node.Done(w, core.Result{Events: evs, Last: last, Err: err})
 		return
 	}
-	eff, out, _ := exec.Run(s.ctx, s.eng, w, s.node)
+	eff, out, _ := driver.Run(s.ctx, s.eng, w, s.node)
 	s.node.Done(w, core.Result{Effects: eff, Outcome: out})
 }
 
@@ -176,7 +176,7 @@ func (s *scene) apply(w *core.Work) (storage.Txn, *core.Effects) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	eff, err := exec.Apply(txn, w, s.node)
+	eff, err := driver.Apply(txn, w, s.node)
 	if err != nil {
 		s.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
 	}
@@ -382,7 +382,7 @@ func TestAnswersThatTookNoRevision(t *testing.T) {
 	if r := s.resp(5); r.Err != nil || r.Lease != 1 || r.LeaseTTL != 10 {
 		t.Fatalf("grant: %+v", r)
 	}
-	if st, err := exec.Recover(s.ctx, s.eng); err != nil || len(st.Leases) != 1 || st.Leases[0].ID != 1 || st.Committed != 2 {
+	if st, err := driver.Recover(s.ctx, s.eng); err != nil || len(st.Leases) != 1 || st.Leases[0].ID != 1 || st.Committed != 2 {
 		t.Fatalf("recovered %+v, %v; want lease 1 at r2", st, err)
 	}
 }
@@ -740,7 +740,7 @@ func TestWatch(t *testing.T) {
 		}
 		s.expect("catchup watch3 r1..r4")
 		w := s.take(core.WorkCatchUp, 0)
-		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, 2)
+		evs, last, err := driver.CatchUp(s.ctx, s.eng, w, 2)
 		if err != nil || last != 2 || len(evs) != 2 {
 			t.Fatalf("CatchUp limit 2: %d events, last %d, %v", len(evs), last, err)
 		}
@@ -838,7 +838,7 @@ func TestRecoverAfterWrites(t *testing.T) {
 	s.settle()
 	s.node.Compact(10, 3)
 	s.settle()
-	st, err := exec.Recover(s.ctx, s.eng)
+	st, err := driver.Recover(s.ctx, s.eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -864,7 +864,7 @@ func TestRecoverRejectsABadCompactRecord(t *testing.T) {
 	if err := txn.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.Recover(context.Background(), eng); !errors.Is(err, core.ErrBadRecord) {
+	if _, err := driver.Recover(context.Background(), eng); !errors.Is(err, core.ErrBadRecord) {
 		t.Fatalf("got %v, want ErrBadRecord", err)
 	}
 }
@@ -878,7 +878,7 @@ func TestLeases(t *testing.T) {
 	s.settle()
 	s.propose(2, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), Value: []byte("v"), Lease: 1}}})
 	s.settle()
-	st, err := exec.Recover(s.ctx, s.eng)
+	st, err := driver.Recover(s.ctx, s.eng)
 	if err != nil || len(st.Leases) != 1 || st.Leases[0].ID != 1 || st.Leases[0].TTL != 10 || len(st.Leases[0].Keys) != 1 {
 		t.Fatalf("recovered leases %+v, %v", st.Leases, err)
 	}
@@ -978,11 +978,11 @@ func (mb *member) step(now time.Duration) {
 		for _, w := range rd.Work {
 			mb.out = append(mb.out, core.DescribeWork(w))
 			if w.Kind == core.WorkRecover {
-				st, err := exec.Recover(mb.ctx, mb.eng)
+				st, err := driver.Recover(mb.ctx, mb.eng)
 				mb.m.Done(w, core.Result{State: st, Err: err})
 				continue
 			}
-			eff, out, _ := exec.Run(mb.ctx, mb.eng, w, mb.m)
+			eff, out, _ := driver.Run(mb.ctx, mb.eng, w, mb.m)
 			mb.m.Done(w, core.Result{Effects: eff, Outcome: out})
 		}
 	}
@@ -1104,7 +1104,7 @@ func TestRecoveredLeaseKeys(t *testing.T) {
 	want := map[int64]string{100: "", 200: "b c e"}
 	check := func(what string) {
 		t.Helper()
-		st, err := exec.Recover(s.ctx, s.eng)
+		st, err := driver.Recover(s.ctx, s.eng)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1234,7 +1234,7 @@ func TestUncertainHandoverStopsReads(t *testing.T) {
 		t.Fatal("serving while the handover is written")
 	}
 	w := rd.Work[0]
-	eff, out, _ := exec.Run(a.ctx, eng, w, a.m)
+	eff, out, _ := driver.Run(a.ctx, eng, w, a.m)
 	if out != core.Committed {
 		t.Fatalf("handover write: %v", out)
 	}
@@ -1275,7 +1275,7 @@ func TestHandoverWaitsForACompaction(t *testing.T) {
 	if len(rd.Responses) != 1 || rd.Responses[0].ID != 2 || !errors.Is(rd.Responses[0].Err, core.ErrNotLeader) {
 		t.Fatalf("a compaction asked while handing over: %v, want not leader", rd.Responses)
 	}
-	eff, out, _ := exec.Run(a.ctx, eng, compact, a.m)
+	eff, out, _ := driver.Run(a.ctx, eng, compact, a.m)
 	a.m.Done(compact, core.Result{Effects: eff, Outcome: out})
 	a.m.Tick(200 * time.Millisecond)
 	rd = a.m.Ready()

@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -198,7 +198,7 @@ func TestImportRebuildsExport(t *testing.T) {
 				}
 				ws = append(ws, w...)
 			}
-			orig, err := exec.Recover(context.Background(), s.eng)
+			orig, err := driver.Recover(context.Background(), s.eng)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestImportRebuildsExport(t *testing.T) {
 			if err := txn.Commit(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			st, err := exec.Recover(context.Background(), eng)
+			st, err := driver.Recover(context.Background(), eng)
 			if err != nil {
 				t.Fatal(err)
 			}

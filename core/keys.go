@@ -166,6 +166,31 @@ func shardRevisionKey(s int, rev int64) []byte {
 // cluster split well there.
 func RevisionShardStart(s int) []byte { return append(spacePrefix(spaceRevision), byte(s)) }
 
+// RegionSplits returns the engine keys to cut a store into about n
+// regions per space, given raw keys that cut the expected keys into n
+// parts (quantiles): the start of the history and latest spaces, each
+// quantile's key in both, the end of the latest space, and n evenly
+// spaced revision shard starts with the end of the last shard, as
+// TiKV's load-based splitting would cut a space whose shards each take
+// an equal share of the writes. The mock TiKV cluster splits there
+// (storage/tikv MockOptions.Layout); storage does not know the layout.
+func RegionSplits(quantiles [][]byte, n int) [][]byte {
+	keys := [][]byte{HistoryKey(nil, 0)}
+	for _, q := range quantiles {
+		keys = append(keys, HistoryKey(q, 0))
+	}
+	keys = append(keys, LatestKey(nil))
+	for _, q := range quantiles {
+		keys = append(keys, LatestKey(q))
+	}
+	keys = append(keys, MetaKey("")) // the end of the latest space
+	n = min(max(n, 1), RevisionShards)
+	for i := range n {
+		keys = append(keys, RevisionShardStart(i*RevisionShards/n))
+	}
+	return append(keys, RevisionShardStart(RevisionShards))
+}
+
 // DecodeRevisionKey returns the revision of a RevisionKey.
 func DecodeRevisionKey(b []byte) (int64, error) {
 	if !headerOK(b, spaceRevision) || len(b) != 14 {

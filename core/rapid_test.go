@@ -17,9 +17,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/linearizability"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -130,7 +130,7 @@ func (h *harness) drain() {
 	}
 	for _, wr := range rd.WatchResponses {
 		// As a driver does before it sends the response.
-		if err := exec.ReadPrev(h.ctx, h.eng, &wr); err != nil {
+		if err := driver.ReadPrev(h.ctx, h.eng, &wr); err != nil {
 			h.t.Fatalf("watch%d: reading previous values: %v", wr.ID, err)
 		}
 		for _, l := range h.watches {
@@ -165,7 +165,7 @@ func (h *harness) begin(i int) {
 	h.queue = append(h.queue[:i], h.queue[i+1:]...)
 	h.faultFree()
 	if w.Kind == core.WorkCatchUp {
-		evs, last, err := exec.CatchUp(h.ctx, h.eng, w, 3)
+		evs, last, err := driver.CatchUp(h.ctx, h.eng, w, 3)
 		h.node.Done(w, core.Result{Events: evs, Last: last, Err: err})
 		return
 	}
@@ -173,11 +173,11 @@ func (h *harness) begin(i int) {
 	if err != nil {
 		h.t.Fatalf("begin: %v", err)
 	}
-	eff, err := exec.Apply(txn, w, h.node)
+	eff, err := driver.Apply(txn, w, h.node)
 	if err != nil {
 		h.t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
 	}
-	if out, done := exec.Settled(eff, nil); done {
+	if out, done := driver.Settled(eff, nil); done {
 		txn.Rollback()
 		h.node.Done(w, core.Result{Effects: eff, Outcome: out})
 		return
@@ -198,7 +198,7 @@ func (h *harness) commit(i int, f memkv.Fault) {
 	h.eng.SetInjector(memkv.Static(f))
 	err := fl.txn.Commit(h.ctx)
 	h.faultFree()
-	h.node.Done(fl.w, core.Result{Effects: fl.eff, Outcome: exec.Outcome(err)})
+	h.node.Done(fl.w, core.Result{Effects: fl.eff, Outcome: driver.Outcome(err)})
 }
 
 func (h *harness) propose(req *pb.RequestOp) {

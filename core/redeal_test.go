@@ -10,8 +10,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -32,7 +32,7 @@ func TestRedealEqualsEvaluate(t *testing.T) {
 					break
 				}
 				for _, w := range work {
-					eff, out, _ := exec.Run(ctx, eng, w, node)
+					eff, out, _ := driver.Run(ctx, eng, w, node)
 					node.Done(w, core.Result{Effects: eff, Outcome: out})
 				}
 			}

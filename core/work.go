@@ -17,7 +17,7 @@ const (
 	// WorkRequest evaluates a write request. It comes undealt (Rev 0)
 	// unless it surely writes: the driver evaluates it once, calls Deal
 	// only if it changes keys, and evaluates it again at that revision
-	// (exec.Apply does). A request that changes nothing takes no
+	// (driver.Apply does). A request that changes nothing takes no
 	// revision, as in etcd.
 	WorkRequest WorkKind = iota + 1
 	// WorkFence resolves an uncertain revision (docs/design.md,
@@ -40,7 +40,7 @@ const (
 	// WorkBatch carries requests on overlapping keys that were waiting
 	// for one another: run them in one engine transaction, each at its
 	// own revision, in order, applying each one's writes before the next
-	// is evaluated (exec.Apply does), and report the batch once with
+	// is evaluated (driver.Apply does), and report the batch once with
 	// Effects.Batch. One commit serves a hot key's whole queue.
 	WorkBatch
 )

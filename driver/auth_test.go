@@ -11,7 +11,6 @@ import (
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -23,7 +22,7 @@ type authEngine struct {
 }
 
 func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func(error)) {
-	err := exec.Update(context.Background(), e.eng, fn)
+	err := driver.Update(context.Background(), e.eng, fn)
 	if err == nil && e.uncertain {
 		err = storage.ErrUncertain
 	}

@@ -19,4 +19,14 @@
 // IO on goroutines, or as simulated events with latency and faults) and
 // Hooks. Nothing here starts a goroutine or reads a clock of its own, so
 // under the simulator a run replays by seed.
+//
+// The engine IO itself is here too, shared by both worlds (exec.go):
+// Apply evaluates a work item inside an engine transaction and buffers
+// its writes; Outcome turns the commit's error into what core.Member.Done
+// wants; Run, Recover and CatchUp do a whole item in one transaction for
+// executors that do not split begin from commit (the server's; the
+// simulator's splits them to interleave other work in virtual time).
+// OpenFormat checks the store's format before anything is served from it
+// (format.go). The driver is the one layer that knows both core and
+// storage: core never sees an engine, and storage never sees core's keys.
 package driver

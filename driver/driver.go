@@ -201,7 +201,9 @@ func (d *Driver) Done(w *core.Work, r Result) {
 	d.Step(func(m *core.Member) { m.Done(w, r) }, nil)
 }
 
-// Deal deals undealt request work its revision (exec.Dealer).
+var _ Dealer = (*Driver)(nil)
+
+// Deal deals undealt request work its revision (Dealer).
 func (d *Driver) Deal(w *core.Work) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

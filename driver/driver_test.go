@@ -10,7 +10,6 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -76,10 +75,10 @@ func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) 
 		ctx := context.Background()
 		switch w.Kind {
 		case core.WorkRecover:
-			st, err := exec.Recover(ctx, e.eng)
+			st, err := driver.Recover(ctx, e.eng)
 			d.Done(w, driver.Result{State: st, Err: err})
 		case core.WorkCatchUp:
-			evs, last, err := exec.CatchUp(ctx, e.eng, w, 16)
+			evs, last, err := driver.CatchUp(ctx, e.eng, w, 16)
 			d.Done(w, driver.Result{Events: evs, Last: last, Err: err})
 		default:
 			if w.Kind == core.WorkRequest && e.failPuts > 0 {
@@ -87,7 +86,7 @@ func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) 
 				d.Done(w, driver.Result{Outcome: core.NotApplied})
 				continue
 			}
-			eff, out, _ := exec.Run(ctx, e.eng, w, d)
+			eff, out, _ := driver.Run(ctx, e.eng, w, d)
 			d.Done(w, driver.Result{Effects: eff, Outcome: out})
 		}
 	}

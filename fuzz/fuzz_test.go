@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/internal/etcdsnap"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -202,7 +202,7 @@ func FuzzEvaluate(f *testing.F) {
 				t.Fatalf("no quiescence after %d rounds", step)
 			}
 			for _, w := range rd.Work {
-				eff, out, _ := exec.Run(ctx, eng, w, node)
+				eff, out, _ := driver.Run(ctx, eng, w, node)
 				node.Done(w, core.Result{Effects: eff, Outcome: out})
 			}
 		}
@@ -257,7 +257,7 @@ func FuzzRestore(f *testing.F) {
 		if _, err := etcdsnap.Restore(ctx, path, eng, etcdsnap.RestoreOptions{SkipHashCheck: true}); err != nil {
 			return
 		}
-		st, err := exec.Recover(ctx, eng)
+		st, err := driver.Recover(ctx, eng)
 		if err != nil {
 			t.Fatalf("a restored store does not recover: %v", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
 	"github.com/axon-kv/axon/storage/tikv"
@@ -167,7 +168,7 @@ type axonInstance struct {
 
 func startAxonTiKV(t *testing.T) store {
 	t.Helper()
-	base, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Sample: [][]byte{
+	base, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits, Sample: [][]byte{
 		[]byte("/registry/configmaps/"), []byte("/registry/coordination.k8s.io/"),
 		[]byte("/registry/events/"), []byte("/registry/pods/"), []byte("/registry/secrets/"),
 		[]byte("/registry/serviceaccounts/"), []byte("/registry/widgets.kube.axon.test/"),

@@ -15,7 +15,6 @@ import (
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // AuthConfig is etcd's auth flags.
@@ -214,7 +213,7 @@ func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func
 	// "Leadership").
 	ctx, cancel := context.WithTimeout(e.ctx, e.s.mcfg.EngineDeadline/2)
 	defer cancel()
-	done(exec.Update(ctx, e.s.eng, fn))
+	done(driver.Update(ctx, e.s.eng, fn))
 }
 
 // authChangeName names a change for the log: never its fields, which may

@@ -2,7 +2,7 @@
 // it is the production side of package driver, as package sim is the
 // simulated one. A Server owns one core.Member and the driver.Driver that
 // runs it; it gives the driver a wall clock, an executor that runs work
-// items on goroutines against the engine (storage/exec), and a peer
+// items on goroutines against the engine (driver.Run), and a peer
 // transport, and it turns gRPC calls into driver calls. The ordering
 // rules themselves live in core and driver (docs/design.md).
 //

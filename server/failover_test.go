@@ -52,7 +52,7 @@ func newEngine(t testing.TB) storage.Engine {
 	for _, k := range loadKeys {
 		sample = append(sample, []byte(k))
 	}
-	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Sample: sample})
+	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits, Sample: sample})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // formatTimeout bounds the format check (and an upgrade) at open.
@@ -19,7 +19,7 @@ const formatTimeout = 10 * time.Minute
 func checkFormat(eng storage.Engine, cfg Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), formatTimeout)
 	defer cancel()
-	f, err := exec.OpenFormat(ctx, eng, BinaryVersion(), cfg.UpgradeData, cfg.Logger)
+	f, err := driver.OpenFormat(ctx, eng, BinaryVersion(), cfg.UpgradeData, cfg.Logger)
 	if err != nil {
 		return fmt.Errorf("server: data format: %w", err)
 	}

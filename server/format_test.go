@@ -16,11 +16,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/internal/fsutil"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // formatAnswers is testdata/formats/vN/answers.json: what the binary of
@@ -275,7 +275,7 @@ func TestANewerFormatIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.Buffer(txn, []core.Write{newer}); err != nil {
+	if err := driver.Buffer(txn, []core.Write{newer}); err != nil {
 		t.Fatal(err)
 	}
 	if err := txn.Commit(ctxT(t)); err != nil {

@@ -8,14 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
 )
-
-// Failer is an engine that can fail for good under the server: Badger
-// whose data directory was removed, turned read-only or returned an I/O
-// error. Failed reports why, or nil while it works.
-type Failer interface {
-	Failed() error
-}
 
 // engineFailed reports why the engine stopped taking writes, or nil.
 //
@@ -27,19 +21,12 @@ type Failer interface {
 // write on it by itself. Reads of what the engine holds go on; /health
 // reports the member unhealthy and Status lists the failure.
 func (s *Server) engineFailed() error {
-	if f, ok := s.eng.(Failer); ok {
+	if f, ok := s.eng.(storage.Failer); ok {
 		if err := f.Failed(); err != nil {
 			return fmt.Errorf("%w: %w", core.ErrStopped, err)
 		}
 	}
 	return nil
-}
-
-// DefragSpaceError is an engine's refusal to defragment for want of free
-// disk space (Badger's *SpaceError).
-type DefragSpaceError interface {
-	error
-	DefragSpace() (need, have int64)
 }
 
 // defragError is the status a failed Defragment answers with. A refusal
@@ -49,7 +36,7 @@ type DefragSpaceError interface {
 // other out-of-space error (NOSPACE) and gRPC's for "the file system is
 // out of space"; clients do not retry it.
 func (s *Server) defragError(err error) error {
-	var se DefragSpaceError
+	var se storage.DefragSpaceError
 	if errors.As(err, &se) {
 		need, have := se.DefragSpace()
 		return status.Errorf(codes.ResourceExhausted, "etcdserver: not enough free space to defragment: need %d bytes, have %d", need, have)

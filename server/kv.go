@@ -13,8 +13,8 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // coreErrors maps core's etcd errors to etcd's gRPC errors.
@@ -121,7 +121,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		// snapshot: its counter is read with the range's first reads.
 		la.Gets = append(la.Gets, core.MetaKey(auth.MetaAuthSeq))
 	}
-	rd, err := exec.Reader(txn, la)
+	rd, err := driver.Reader(txn, la)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -10,6 +10,7 @@ import (
 	kvstore "github.com/tikv/client-go/v2/tikv"
 	"github.com/tikv/client-go/v2/tikvrpc"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/tikv"
 )
@@ -52,7 +53,7 @@ func TestFailoverAfterALeaderDiedMidCommit(t *testing.T) {
 
 func failoverMidCommit(t *testing.T, tweak func(*server.Config)) {
 	trap := &commitTrap{sprung: make(chan struct{})}
-	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, WrapClient: func(c kvstore.Client) kvstore.Client {
+	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits, WrapClient: func(c kvstore.Client) kvstore.Client {
 		trap.Client = c
 		return trap
 	}})

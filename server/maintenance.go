@@ -41,7 +41,7 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 	}
 	size := max(used, 1)
 	inUse := size
-	if iu, ok := m.s.eng.(inUser); ok && err == nil {
+	if iu, ok := m.s.eng.(storage.InUser); ok && err == nil {
 		inUse = max(min(iu.InUse(), size), 1)
 	}
 	var errs []string
@@ -60,13 +60,6 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 	}, nil
 }
 
-// Defragmenter is an engine that can give back the space of data no
-// reader needs any more (Badger); engines that do it themselves (TiKV)
-// are not one, and Defragment has nothing to do there.
-type Defragmenter interface {
-	Defrag(ctx context.Context) error
-}
-
 // Defragment gives back disk space, as etcd's does for its member: after
 // a compaction, this is what shrinks the data below the quota so that the
 // NOSPACE alarm can be disarmed. Service goes on meanwhile.
@@ -74,7 +67,7 @@ func (m maintenanceServer) Defragment(ctx context.Context, _ *pb.DefragmentReque
 	if err := m.s.authorize(ctx, nil, false, admin); err != nil {
 		return nil, toGRPC(err)
 	}
-	if d, ok := m.s.eng.(Defragmenter); ok {
+	if d, ok := m.s.eng.(storage.Defragmenter); ok {
 		start := time.Now()
 		before, _ := m.s.space.used()
 		m.s.metrics.etcd.defragging.Set(1)

@@ -124,7 +124,7 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-// observeRun records one exec.Run.
+// observeRun records one driver.Run.
 func (m *metrics) observeRun(w *core.Work, d time.Duration, eff *core.Effects, out core.Outcome) {
 	m.commitDuration.Observe(d.Seconds())
 	m.etcd.observeRun(w.Kind, d)

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
 )
 
 // axonMetrics are Axon's own families, for what etcd has no name for.
@@ -51,12 +52,12 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 		Help: "Engine transactions that write, by kind: request, batch, fence (settles an uncertain revision), compact, sweep, election, alarm.",
 	}, []string{"kind"})
 	for k := core.WorkRequest; k <= core.WorkBatch; k++ {
-		if k != core.WorkCatchUp && k != core.WorkRecover { // reads, not run through exec.Run
+		if k != core.WorkCatchUp && k != core.WorkRecover { // reads, not run through driver.Run
 			a.work[k] = work.WithLabelValues(k.String())
 		}
 	}
 	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
-	if c, ok := s.eng.(interface{ Collectors() []prometheus.Collector }); ok {
+	if c, ok := s.eng.(storage.MetricsSource); ok {
 		reg.MustRegister(c.Collectors()...)
 	}
 	return a

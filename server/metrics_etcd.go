@@ -354,10 +354,6 @@ func (c *etcdSpace) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// inUser is an engine that estimates the bytes of data it holds that a
-// defragmentation would keep (Badger).
-type inUser interface{ InUse() int64 }
-
 // dbSize is the space the data takes and the part of it in use (-1: the
 // engine cannot tell). In use never exceeds the size: the estimate counts
 // bytes as written, the size as stored (compressed, in whole blocks).
@@ -367,7 +363,7 @@ func (s *Server) dbSize() (size, inUse int64, ok bool) {
 		return 0, 0, false
 	}
 	inUse = -1
-	if iu, ok := s.eng.(inUser); ok {
+	if iu, ok := s.eng.(storage.InUser); ok {
 		inUse = min(iu.InUse(), size)
 	}
 	return size, inUse, true

@@ -16,7 +16,6 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // Config configures a Server.
@@ -230,7 +229,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	s.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
-	if sz, ok := eng.(interface{ Size() int64 }); ok {
+	if sz, ok := eng.(storage.Sizer); ok {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
@@ -377,10 +376,10 @@ func (s *Server) execWorker() {
 func (s *Server) run(w *core.Work) driver.Result {
 	switch w.Kind {
 	case core.WorkCatchUp:
-		evs, last, err := exec.CatchUp(s.ctx, s.eng, w, s.mcfg.Node.CatchUpBatch)
+		evs, last, err := driver.CatchUp(s.ctx, s.eng, w, s.mcfg.Node.CatchUpBatch)
 		return driver.Result{Events: evs, Last: last, Err: err}
 	case core.WorkRecover:
-		st, err := exec.Recover(s.ctx, s.eng)
+		st, err := driver.Recover(s.ctx, s.eng)
 		return driver.Result{State: st, Err: err}
 	}
 	// A commit must land within the engine deadline or not at all: that
@@ -389,7 +388,7 @@ func (s *Server) run(w *core.Work) driver.Result {
 	began := time.Now()
 	ctx := newLazyDeadline(s.ctx, began.Add(s.mcfg.EngineDeadline/2))
 	defer ctx.stop()
-	eff, out, err := exec.Run(ctx, s.eng, w, s.drv)
+	eff, out, err := driver.Run(ctx, s.eng, w, s.drv)
 	s.metrics.observeRun(w, time.Since(began), eff, out)
 	return driver.Result{Effects: eff, Outcome: out, Err: err}
 }

@@ -516,7 +516,7 @@ func TestRestoreIntoTiKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 3, Sample: [][]byte{[]byte("/t/02"), []byte("/t/05")}})
+	eng, err := tikv.NewMock(tikv.MockOptions{Regions: 3, Layout: core.RegionSplits, Sample: [][]byte{[]byte("/t/02"), []byte("/t/05")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func (sp *space) exceeded() (string, error) {
 
 // checkSpace raises NOSPACE on the leader when the data passed its quota
 // or the disk its floor; it measures at most every spaceCheckEvery. On a
-// failed engine (Failer) it refuses the write at once (engineFailed).
+// failed engine (storage.Failer) it refuses the write at once (engineFailed).
 func (s *Server) checkSpace(ctx context.Context) error {
 	if err := s.engineFailed(); err != nil {
 		return err

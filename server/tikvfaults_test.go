@@ -18,6 +18,7 @@ import (
 	"github.com/tikv/pd/client/clients/tso"
 	"github.com/tikv/pd/client/pkg/caller"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -253,7 +254,7 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 			for _, k := range loadKeys {
 				sample = append(sample, []byte(k))
 			}
-			eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Sample: sample, WrapClient: f.wrap,
+			eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits, Sample: sample, WrapClient: f.wrap,
 				WrapPD: func(c pd.Client) pd.Client { return &pdFaults{Client: c, down: pdDown, calls: pdFail} }})
 			if err != nil {
 				t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // watchStream is one client Watch stream: local watch IDs mapped to the
@@ -241,7 +240,7 @@ func (w watchServer) readPrev(ctx context.Context, ws *watchStream, msgs []*watc
 	}
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		rctx, cancel := context.WithTimeout(ctx, w.s.mcfg.EngineDeadline)
-		err := exec.ReadPrev(rctx, w.s.eng, wrs...)
+		err := driver.ReadPrev(rctx, w.s.eng, wrs...)
 		cancel()
 		if err == nil {
 			break

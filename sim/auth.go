@@ -16,7 +16,6 @@ import (
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -82,7 +81,7 @@ func (w *World) setUpAuth() error {
 	if err != nil {
 		return err
 	}
-	if err := exec.Buffer(txn, auth.AuthWrites(st, "sim")); err != nil {
+	if err := driver.Buffer(txn, auth.AuthWrites(st, "sim")); err != nil {
 		return err
 	}
 	if err := txn.Commit(context.Background()); err != nil {
@@ -300,7 +299,7 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 	mtx := txn.(*memkv.Txn)
 	ws, err := fn(storage.NewReader(txn))
 	if err == nil && len(ws) > 0 {
-		err = exec.Buffer(txn, ws)
+		err = driver.Buffer(txn, ws)
 	}
 	if err != nil || len(ws) == 0 {
 		txn.Rollback()
@@ -322,7 +321,7 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 		}
 		i := len(n.w.authAttempts)
 		n.w.authAttempts = append(n.w.authAttempts, authAttempt{call: e.c, txn: mtx, seq: seq, at: n.w.now, known: -1})
-		n.w.note("%s auth %s seq=%d -> %v %v", n.id(), describeAuthChange(e.c.in.auth), seq, exec.Outcome(err), errText(err))
+		n.w.note("%s auth %s seq=%d -> %v %v", n.id(), describeAuthChange(e.c.in.auth), seq, driver.Outcome(err), errText(err))
 		n.on(mtx.Delay()-before, "auth committed", func() {
 			n.w.authAttempts[i].known = max(landed, n.w.now)
 			done(err)

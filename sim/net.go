@@ -6,7 +6,6 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 // idempotent lists the node-to-node messages a network may duplicate:
@@ -206,7 +205,7 @@ func (n *node) flush(sub *watchSub) {
 			if n.w.cfg.Plants.SkipPrevReads {
 				sub.taken[0].Unread = nil
 			}
-			if err := exec.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {
+			if err := driver.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {
 				n.w.note("%s: watch of c%d waits for previous values: %v", n.name, sub.c.idx, err)
 				n.w.after(n.latency()+time.Millisecond, "watch-retry", func() { n.flush(sub) })
 				return

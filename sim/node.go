@@ -12,7 +12,6 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -236,8 +235,8 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 			_ = d.Deal(sub)
 		}
 	}
-	eff, err := exec.Apply(txn, wk, d)
-	if out, done := exec.Settled(eff, err); done {
+	eff, err := driver.Apply(txn, wk, d)
+	if out, done := driver.Settled(eff, err); done {
 		txn.Rollback()
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(d, wk, eff, out, err) })
 		return
@@ -250,7 +249,7 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 		}
 		before := mtx.Delay()
 		err := txn.Commit(ctx)
-		out := exec.Outcome(err)
+		out := driver.Outcome(err)
 		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
 			a := attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
 			if wk.Rev == 0 {
@@ -554,7 +553,7 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 		var resp *pb.RangeResponse
 		if err == nil {
 			var ahead core.Reader
-			if ahead, err = exec.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
+			if ahead, err = driver.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
 				resp, err = core.Range(ahead, c.in.rng, rev, compacted)
 			}
 		}

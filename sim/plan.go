@@ -60,7 +60,7 @@ type Plants struct {
 	KeepGenOnFailedAuth bool
 	// SkipPrevReads plants a bug in the watch sender: it sends events
 	// without reading the previous values their writes left unread
-	// (exec.ReadPrev), as a driver that forgot that step would; the
+	// (driver.ReadPrev), as a driver that forgot that step would; the
 	// watch check should then find prev_kv without its value.
 	SkipPrevReads bool
 }

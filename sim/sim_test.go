@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -224,7 +224,7 @@ func TestLostUpdateIsSeen(t *testing.T) {
 			c := &client{w: w}
 			apply := func(txn storage.Txn, rev int64, in input) {
 				t.Helper()
-				eff, err := exec.Apply(txn, &core.Work{Kind: core.WorkRequest, Rev: rev, Term: 1, Request: in.write}, nil)
+				eff, err := driver.Apply(txn, &core.Work{Kind: core.WorkRequest, Rev: rev, Term: 1, Request: in.write}, nil)
 				if err != nil || eff.Late {
 					t.Fatalf("r%d: %v late=%v", rev, err, eff != nil && eff.Late)
 				}

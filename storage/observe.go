@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // CommitObserver is an engine that reports how long its commits take,
@@ -21,6 +23,13 @@ type CommitObserver interface {
 // (TiKV's raft log) are not one.
 type SyncObserver interface {
 	ObserveSyncs(func(d time.Duration, txns int))
+}
+
+// MetricsSource is an engine with metrics of its own, under its own
+// names (TiKV: client-go's RPC metrics, which TiDB's dashboards read).
+// The server registers them next to its own.
+type MetricsSource interface {
+	Collectors() []prometheus.Collector
 }
 
 // Observers is a list of observer functions that an engine calls on its

@@ -295,7 +295,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 		// A failed data directory ends the process with an error: writes
 		// were refused and some may be lost (Close logs what).
 		var failure error
-		if fe, ok := eng.(server.Failer); ok {
+		if fe, ok := eng.(storage.Failer); ok {
 			failure = fe.Failed()
 		}
 		if cerr := eng.Close(); cerr != nil {
@@ -308,7 +308,7 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 			err = fmt.Errorf("stopped after the data directory failed: %w", failure)
 		}
 	}()
-	if fe, ok := eng.(server.Failer); ok {
+	if fe, ok := eng.(storage.Failer); ok {
 		failed := failedFunc(fe.Failed)
 		failedP.Store(&failed)
 	}

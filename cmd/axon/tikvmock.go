@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/tikv"
 )
@@ -62,7 +63,7 @@ func openTiKVMock(f tikvMockFlags, mux *http.ServeMux, log *slog.Logger) (storag
 		return nil, false, fmt.Errorf("--tikv-rpc-delay %v, --tikv-regions %d: want a delay >= 0 and regions >= 1", f.rpcDelay, f.regions)
 	}
 	tr := tikv.NewTrace(f.rpcDelay)
-	eng, err := tikv.NewMock(tikv.MockOptions{Regions: f.regions, WrapClient: tr.WrapClient, WrapPD: tr.WrapPD})
+	eng, err := tikv.NewMock(tikv.MockOptions{Regions: f.regions, Layout: core.RegionSplits, WrapClient: tr.WrapClient, WrapPD: tr.WrapPD})
 	if err != nil {
 		return nil, false, err
 	}

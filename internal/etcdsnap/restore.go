@@ -24,8 +24,8 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage"
-	"github.com/axon-kv/axon/storage/exec"
 )
 
 var (
@@ -463,7 +463,7 @@ func (b *batchWriter) flush() error {
 		return err
 	}
 	defer txn.Rollback()
-	if err := exec.Buffer(txn, b.pending); err != nil {
+	if err := driver.Buffer(txn, b.pending); err != nil {
 		return fmt.Errorf("etcdsnap: restore: %w", err)
 	}
 	if err := txn.Commit(b.ctx); err != nil {

@@ -245,7 +245,10 @@ type pending struct {
 	del   bool
 }
 
-var _ storage.Engine = (*Engine)(nil)
+var (
+	_ storage.Engine = (*Engine)(nil)
+	_ storage.Sizer  = (*Engine)(nil)
+)
 
 // Open opens (creating if needed) the database in dir, with synchronous
 // writes.

@@ -11,6 +11,13 @@ import (
 	"time"
 
 	bdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/axon-kv/axon/storage"
+)
+
+var (
+	_ storage.Defragmenter     = (*Engine)(nil)
+	_ storage.DefragSpaceError = (*SpaceError)(nil)
 )
 
 // defragKey is a key outside Axon's keyspace (whose keys all begin with
@@ -295,6 +302,6 @@ func (e *Engine) keptBytes() int64 {
 	return kept
 }
 
-// DefragSpace reports the estimate and the free space (the server's
-// DefragSpaceError).
+// DefragSpace reports the estimate and the free space
+// (storage.DefragSpaceError).
 func (e *SpaceError) DefragSpace() (need, have int64) { return e.Need, e.Have }

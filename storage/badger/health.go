@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/axon-kv/axon/storage"
 )
+
+var _ storage.Failer = (*Engine)(nil)
 
 // ErrFailed: the data directory failed under the engine (removed,
 // replaced, read-only, or an I/O error); it takes no more writes until it

@@ -10,6 +10,7 @@ import (
 var (
 	_ storage.CommitObserver = (*Engine)(nil)
 	_ storage.SyncObserver   = (*Engine)(nil)
+	_ storage.InUser         = (*Engine)(nil)
 )
 
 // ObserveCommits reports each Commit that wrote something: the time from

@@ -45,7 +45,7 @@
 // transactions older than a timestamp, with client-go's range resolver
 // (the one TiKV's GC runs: primaries checked as if expired, committed
 // ones committed, the rest rolled back), region by region in parallel. A
-// new leader runs it before recovering (storage/exec.Recover): a
+// new leader runs it before recovering (driver.Recover): a
 // predecessor killed between prewrite and commit no longer holds writes
 // up for the locks' 3 s TTL.
 //
@@ -110,12 +110,14 @@
 //
 // # Mock regions
 //
-// MockOptions.Regions = N cuts Axon's history and latest spaces into N
-// regions each at the N-quantiles of a sample of raw keys (by default the
-// 100,000 keys "/registry/pods/ns/pod-000000" on), with a region border
-// at the start of each space and at the end of the latest space, so a
-// list of keys distributed like the sample spreads evenly over N regions.
-// SplitKeys sets the borders directly.
+// MockOptions.Regions = N splits the mock at the N-quantiles of a sample
+// of raw keys (by default the 100,000 keys "/registry/pods/ns/pod-000000"
+// on), turned into engine keys by MockOptions.Layout: the package knows
+// nothing of Axon's key layout, so the caller passes it
+// (core.RegionSplits, which cuts the history and latest spaces into N
+// regions each, with a border at the start of each space and at the end
+// of the latest space, so a list of keys distributed like the sample
+// spreads evenly over N regions). SplitKeys sets the borders directly.
 //
 // NewMock also switches on, for the whole process, client-go's failpoint
 // that reports every store live: the mock store cannot answer client-go's

@@ -14,6 +14,7 @@ import (
 	"github.com/tikv/client-go/v2/tikvrpc"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -116,8 +117,13 @@ func (r *recorder) prewroteRegions() int {
 // regionCount is the number of regions of e's mock cluster.
 func regionCount(e *Engine) int { return len(e.c.mock.cluster.GetAllRegions()) }
 
+// newMock opens a mock cut into regions as Axon lays its keys out,
+// unless opts says otherwise.
 func newMock(t testing.TB, opts MockOptions) *Engine {
 	t.Helper()
+	if opts.Layout == nil {
+		opts.Layout = core.RegionSplits
+	}
 	e, err := NewMock(opts)
 	if err != nil {
 		t.Fatalf("NewMock: %v", err)

@@ -16,27 +16,28 @@ import (
 	tikvutil "github.com/tikv/client-go/v2/util"
 	"github.com/tikv/client-go/v2/util/async"
 	pd "github.com/tikv/pd/client"
-
-	"github.com/axon-kv/axon/core"
 )
 
 // MockOptions configure NewMock.
 type MockOptions struct {
 	// SplitKeys are engine keys at which regions begin (besides the
-	// first). When set, Regions and Sample are ignored.
+	// first). When set, Regions, Sample and Layout are ignored.
 	SplitKeys [][]byte
-	// Regions, if 2 or more, cuts each of Axon's latest and history
-	// spaces into that many regions, at the quantiles of Sample; the
-	// spaces themselves start regions too, so there are 2*Regions+2 in
-	// all, plus the revision space's (revisionSplits). 0 or 1 means a
-	// single region.
+	// Regions, if 2 or more, splits the mock into about that many
+	// regions per keyspace at the quantiles of Sample, where Layout
+	// says. 0 or 1 means a single region.
 	Regions int
 	// Sample holds raw (etcd) keys whose distribution the region borders
-	// follow: the borders are the latest and history keys of every
-	// len(Sample)/Regions-th sample key in order, so a scan over keys
-	// distributed like the sample spreads evenly. Nil means the
-	// DefaultSampleCount keys made with DefaultSampleFormat.
+	// follow: the quantiles are every len(Sample)/Regions-th sample key
+	// in order, so a scan over keys distributed like the sample spreads
+	// evenly. Nil means the DefaultSampleCount keys made with
+	// DefaultSampleFormat.
 	Sample [][]byte
+	// Layout turns the quantiles (raw keys, fewer than Regions) into the
+	// engine keys regions begin at: it is the caller's key layout, which
+	// storage does not know (Axon's is core.RegionSplits). Required when
+	// Regions is 2 or more.
+	Layout func(quantiles [][]byte, regions int) [][]byte
 	// ScanConcurrency is as in Options.
 	ScanConcurrency int
 	// WrapClient, if set, wraps the client that carries every RPC to the
@@ -148,45 +149,22 @@ func (g *guardedClient) Close() error {
 // mockSplitKeys returns the sorted, distinct, non-empty split keys opts
 // ask for.
 func mockSplitKeys(opts MockOptions) ([][]byte, error) {
-	var keys [][]byte
-	switch {
-	case len(opts.SplitKeys) > 0:
-		for _, k := range opts.SplitKeys {
-			if len(k) == 0 {
-				return nil, fmt.Errorf("tikv: mock: empty split key")
-			}
-			keys = append(keys, bytes.Clone(k))
+	split := opts.SplitKeys
+	if len(split) == 0 && opts.Regions > 1 {
+		if opts.Layout == nil {
+			return nil, fmt.Errorf("tikv: mock: %d regions without a key layout", opts.Regions)
 		}
-	case opts.Regions > 1:
-		quantiles := sampleQuantiles(opts.Sample, opts.Regions)
-		keys = append(keys, core.HistoryKey(nil, 0))
-		for _, q := range quantiles {
-			keys = append(keys, core.HistoryKey(q, 0))
+		split = opts.Layout(sampleQuantiles(opts.Sample, opts.Regions), opts.Regions)
+	}
+	keys := make([][]byte, 0, len(split))
+	for _, k := range split {
+		if len(k) == 0 {
+			return nil, fmt.Errorf("tikv: mock: empty split key")
 		}
-		keys = append(keys, core.LatestKey(nil))
-		for _, q := range quantiles {
-			keys = append(keys, core.LatestKey(q))
-		}
-		keys = append(keys, core.MetaKey("")) // the end of the latest space
-		keys = append(keys, revisionSplits(opts.Regions)...)
+		keys = append(keys, bytes.Clone(k))
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	return slices.CompactFunc(keys, bytes.Equal), nil
-}
-
-// revisionSplits returns the region borders of the revision-record space
-// for a mock of n regions per space: one at the start of each of
-// core.RevisionShards shards, as TiKV's load-based splitting would cut a
-// space whose shards each take an equal share of the writes (fewer
-// borders when n is smaller, evenly spaced; the end of the space too).
-// It is the one place here that knows how that space is laid out.
-func revisionSplits(n int) [][]byte {
-	n = min(max(n, 1), core.RevisionShards)
-	keys := make([][]byte, 0, n+1)
-	for i := range n {
-		keys = append(keys, core.RevisionShardStart(i*core.RevisionShards/n))
-	}
-	return append(keys, core.RevisionShardStart(core.RevisionShards))
 }
 
 // sampleQuantiles returns the raw keys that cut sample into n parts of

@@ -9,7 +9,10 @@ import (
 	"github.com/axon-kv/axon/storage"
 )
 
-var _ storage.CommitObserver = (*Engine)(nil)
+var (
+	_ storage.CommitObserver = (*Engine)(nil)
+	_ storage.MetricsSource  = (*Engine)(nil)
+)
 
 // ObserveCommits reports each Commit: the two-phase commit's prewrite,
 // commit timestamp and commit RPCs.

@@ -42,7 +42,10 @@ func usesParallel(it storage.Iterator) bool {
 func TestMockRegions(t *testing.T) {
 	t.Run("default sample", func(t *testing.T) {
 		e := newMock(t, MockOptions{Regions: 8})
-		if n, want := regionCount(e), 2*8+2+len(revisionSplits(8)); n != want {
+		// The history and latest spaces split 8 ways each, the space
+		// before them, the one after the latest; the revision space's
+		// 8 shard starts and its end.
+		if n, want := regionCount(e), 2*8+2+8+1; n != want {
 			t.Fatalf("%d regions; want %d", n, want)
 		}
 		// The default sample's keys fall evenly into the latest regions.
@@ -80,14 +83,35 @@ func TestMockRegions(t *testing.T) {
 	})
 	t.Run("explicit sample", func(t *testing.T) {
 		sample := [][]byte{[]byte("d"), []byte("a"), []byte("c"), []byte("b"), []byte("a")}
-		keys, err := mockSplitKeys(MockOptions{Regions: 2, Sample: sample})
+		keys, err := mockSplitKeys(MockOptions{Regions: 2, Sample: sample, Layout: core.RegionSplits})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := [][]byte{core.HistoryKey(nil, 0), core.HistoryKey([]byte("c"), 0), core.LatestKey(nil), core.LatestKey([]byte("c")), core.MetaKey("")}
-		want = append(want, revisionSplits(2)...) // the revision space sorts last
+		// The revision space sorts last: 2 of its shards each.
+		want = append(want, core.RevisionShardStart(0), core.RevisionShardStart(core.RevisionShards/2), core.RevisionShardStart(core.RevisionShards))
 		if !slices.EqualFunc(keys, want, bytes.Equal) {
 			t.Errorf("split keys %q; want %q", keys, want)
+		}
+	})
+	t.Run("layout of the caller", func(t *testing.T) {
+		// The quantiles of the sample reach the layout as raw keys.
+		sample := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}
+		var got [][]byte
+		e := newMock(t, MockOptions{Regions: 4, Sample: sample, Layout: func(qs [][]byte, n int) [][]byte {
+			got = qs
+			return append([][]byte{[]byte(fmt.Sprint(n))}, qs...)
+		}})
+		if want := [][]byte{[]byte("b"), []byte("c"), []byte("d")}; !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Errorf("quantiles %q; want %q", got, want)
+		}
+		if n := regionCount(e); n != 5 {
+			t.Errorf("%d regions; want 5", n)
+		}
+	})
+	t.Run("regions need a layout", func(t *testing.T) {
+		if _, err := mockSplitKeys(MockOptions{Regions: 2}); err == nil {
+			t.Error("no error")
 		}
 	})
 	t.Run("split keys win and are sorted", func(t *testing.T) {

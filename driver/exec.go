@@ -1,4 +1,4 @@
-package exec
+package driver
 
 import (
 	"bytes"
@@ -87,7 +87,7 @@ func Buffer(txn storage.Txn, ws []core.Write) error {
 			err = ins.Insert(w.Key, w.Value)
 		case w.New:
 			if _, err = txn.Get(w.Key); err == nil {
-				return fmt.Errorf("exec: new key %q exists: %w", w.Key, storage.ErrConflict)
+				return fmt.Errorf("driver: new key %q exists: %w", w.Key, storage.ErrConflict)
 			}
 			if errors.Is(err, storage.ErrNotFound) {
 				err = txn.Set(w.Key, w.Value)
