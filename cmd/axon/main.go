@@ -253,7 +253,10 @@ func serve(ctx context.Context, f serveFlags) (err error) {
 	}
 	f.memoryBudget = budget
 	log.Info("memory budget", "bytes", budget, "from", from, "go-soft-limit", debug.SetMemoryLimit(-1))
-	if n := procs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), runtime.NumCPU()); n != runtime.GOMAXPROCS(0) {
+	// Set only on a change: setting it stops the runtime from following
+	// the CPU quota.
+	cur := runtime.GOMAXPROCS(0)
+	if n := procs(os.Getenv("GOMAXPROCS"), cur, runtime.NumCPU()); n != cur {
 		runtime.GOMAXPROCS(n)
 	}
 	log.Info("procs", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())

@@ -8,8 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-
-	"github.com/axon-kv/axon/internal/cgroup"
 )
 
 // KeysStep is one system at one key count of the many-keys scenario.
@@ -67,18 +65,11 @@ func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.KeysMemoryLimit > 0 {
-		cg, err := cgroup.New("axon-bench-keys-"+r.sys.name, o.KeysMemoryLimit)
-		if err != nil {
-			return nil, err
-		}
-		s.cg = cg
-		defer func() {
-			if err := cg.Remove(); err != nil {
-				r.log.Warn("cgroup", "err", err)
-			}
-		}()
+	uncage, err := r.cage(s, o.KeysMemoryLimit)
+	if err != nil {
+		return nil, err
 	}
+	defer uncage()
 	switch r.sys.name {
 	case "etcd":
 		s.etcdQuota, res.EtcdQuotaBytes = o.EtcdQuota, o.EtcdQuota

@@ -226,23 +226,16 @@ func (r *runner) startInCgroup(ctx context.Context, name string, setup func(*ser
 	if setup != nil {
 		setup(s)
 	}
-	var cg *cgroup.Group
-	if r.o.Scale.MemoryLimit > 0 {
-		if cg, err = cgroup.New("axon-bench-"+r.sys.name, r.o.Scale.MemoryLimit); err != nil {
-			return nil, nil, nil, nil, err
-		}
-		s.cg = cg
+	uncage, err := r.cage(s, r.o.Scale.MemoryLimit)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
 	done = func() {
 		closeAll(clis)
 		if err := s.stop(); err != nil {
 			r.log.Warn("stop", "err", err)
 		}
-		if cg != nil {
-			if err := cg.Remove(); err != nil {
-				r.log.Warn("cgroup", "err", err)
-			}
-		}
+		uncage()
 	}
 	if err = r.startReady(ctx, s); err == nil {
 		mem = sampleMemory(s.pid(), 100*time.Millisecond)
@@ -253,6 +246,24 @@ func (r *runner) startInCgroup(ctx context.Context, name string, setup func(*ser
 		return nil, nil, nil, nil, err
 	}
 	return s, mem, clis, done, nil
+}
+
+// cage makes s start in a memory cgroup of limit bytes (none if limit is
+// 0); uncage removes the group once s has stopped.
+func (r *runner) cage(s *server, limit int64) (uncage func(), err error) {
+	if limit <= 0 {
+		return func() {}, nil
+	}
+	cg, err := cgroup.New("axon-bench-"+r.sys.name, limit)
+	if err != nil {
+		return nil, err
+	}
+	s.cg = cg
+	return func() {
+		if err := cg.Remove(); err != nil {
+			r.log.Warn("cgroup", "err", err)
+		}
+	}, nil
 }
 
 // fate is what became of a server in a memory cgroup: killed or not, and
