@@ -71,7 +71,7 @@ type Config struct {
 	// Transport reaches the leader from a follower.
 	Transport Transport
 	// Refused says an error from a call's Local or Remote part means it
-	// was not applied and may go to the next leader; nil: core.ErrNotLeader,
+	// was not applied and may go to the next leader; nil:
 	// core.ErrNotLeader and core.ErrNoLeader.
 	Refused func(error) bool
 	// Log receives the errors of failed work (nil: none logged).
