@@ -58,8 +58,8 @@ func alarmSteps(t *testing.T, addr string) []string {
 }
 
 // TestAlarmsKeepTheMemberTheRequestNames: an alarm raised for member 0
-// is kept under 0, beside another member's, as etcd keeps it (issue 26's
-// python-etcd3 gap).
+// is kept under 0, beside another member's, as etcd keeps it (python-etcd3
+// raises alarms for member 0).
 func TestAlarmsKeepTheMemberTheRequestNames(t *testing.T) {
 	want := alarmSteps(t, etcdtest.Start(t).Host)
 	_, cli := startServer(t, server.Config{Core: core.Config{RingSize: 64}, MemberID: 1, ClusterID: 2, Name: "alarms"})

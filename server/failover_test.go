@@ -1,6 +1,6 @@
 package server_test
 
-// Multi-instance fault tests (issue 6): three Axon instances over one
+// Multi-instance fault tests: three Axon instances over one
 // engine serve a Kubernetes-like load from clients that know every
 // endpoint, while the test kills the leader, moves leadership or cuts a
 // follower off the leader. Every client call goes into a history that the

@@ -36,7 +36,7 @@ func (c *commitTrap) SendRequest(ctx context.Context, addr string, req *tikvrpc.
 // prewrite and the commit of a write leaves locks on that write's keys,
 // its revision record among them, with client-go's 3 s TTL. The successor
 // settles them when it recovers, so its first write is acknowledged
-// promptly instead of after the TTL (issue 24: 3.04 s of no writes).
+// promptly instead of after the TTL (once 3.04 s of no writes).
 func TestFailoverAfterALeaderDiedMidCommit(t *testing.T) {
 	t.Run("with the tests' timings", func(t *testing.T) { failoverMidCommit(t, nil) })
 	t.Run("with the default timings", func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
-// TiKV's own faults under load (issue 24): three instances over the mock
+// TiKV's own faults under load: three instances over the mock
 // cluster serve the failover tests' load while the RPCs to TiKV fail
 // (region errors, splits, lost answers to Commit RPCs) or PD's
 // timestamps do. The load's checks judge each run: linearizable

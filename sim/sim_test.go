@@ -125,8 +125,8 @@ func TestBrokenDriftIsCaught(t *testing.T) {
 	t.Logf("%d of 100 seeds with broken drift failed, e.g. %s", len(fails), fails[0].Line())
 }
 
-// TestSkippedConflictCheckIsCaught plants the bug class behind issue 10's
-// lost update: the engine skips a commit's conflict check (2% of commits;
+// TestSkippedConflictCheckIsCaught plants the bug class behind a lost
+// update once found: the engine skips a commit's conflict check (2% of commits;
 // Badger once did when it dropped a snapshot from its conflict-tracking
 // set), so a stale transaction lands over a newer one. The swarm must find
 // it within 200 seeds; the failing seed must replay bit for bit, and pass
@@ -308,8 +308,8 @@ func BenchmarkSeed(b *testing.B) {
 	b.ReportMetric(float64(ops)/el.Seconds(), "ops/s")
 }
 
-// TestStaleAuthReadsIsCaught plants the bug issue 26's consistency rule
-// is there to prevent: followers check reads against the auth store in
+// TestStaleAuthReadsIsCaught plants the bug the auth consistency
+// rule is there to prevent: followers check reads against the auth store in
 // the first snapshot they took, so they go on honouring a permission
 // after its revoke was acknowledged (and refusing one granted since).
 // The auth check must find it within 100 seeds; the seed must replay bit

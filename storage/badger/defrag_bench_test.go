@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkDefragUnderWrites measures what a defragmentation costs the
-// writes that go on meanwhile (issue 25's churn goal: no stall over
+// writes that go on meanwhile (the churn's goal: no stall over
 // 100 ms): a store of 100k keys of 1 KiB, each overwritten twice so that
 // two thirds of it is garbage, defragmented while 64 writers overwrite
 // random keys. It reports the longest write that overlapped the

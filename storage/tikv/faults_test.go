@@ -1,6 +1,6 @@
 package tikv
 
-// TiKV's own faults (issue 24), injected at the RPC layer: region errors
+// TiKV's own faults, injected at the RPC layer: region errors
 // and transport errors in the client that carries every RPC
 // (MockOptions.WrapClient), a store that stops answering, and PD
 // timestamps that fail (MockOptions.WrapPD). Each test checks the error

@@ -1,8 +1,8 @@
 //go:build ignore
 
 // gen writes a small Axon data directory with a past binary and records
-// what that binary answers about it, for the data-directory format tests
-// (issue 28). See README.md in this directory for the command lines and
+// what that binary answers about it, for the data-directory format tests.
+// See README.md in this directory for the command lines and
 // the schema of answers.json.
 //
 //	go run ./server/testdata/formats/gen.go -bin /tmp/axon-f1-bin -format 1 -commit 33530b2 -out server/testdata/formats/v1
