@@ -36,7 +36,7 @@ type authState struct {
 }
 
 type authCopy struct {
-	store *auth.AuthStore
+	store *auth.Store
 	gen   uint64
 	// leader says the copy was loaded or written while leading in gen.
 	leader bool
@@ -46,7 +46,7 @@ type authCopy struct {
 // snapshot began (LookAuth): the trusted copy, or what loading one from
 // the snapshot may make of it.
 type AuthLook struct {
-	trusted *auth.AuthStore
+	trusted *auth.Store
 	cur     *authCopy
 	gen     uint64
 	led     bool
@@ -54,7 +54,7 @@ type AuthLook struct {
 
 // Trusted is the leader's copy of its term, the store itself, if the
 // check may use it; nil: the check reads a snapshot (LoadAuth).
-func (l AuthLook) Trusted() *auth.AuthStore { return l.trusted }
+func (l AuthLook) Trusted() *auth.Store { return l.trusted }
 
 // LookAuth starts a check of a request: led says the caller leads (the
 // snapshot it reads, if any, is the leader's). Call it before the
@@ -75,7 +75,7 @@ func (d *Driver) LookAuth(led bool) AuthLook {
 // engine snapshot begun after LookAuth: the copy if rd holds its
 // counter, else the store rd holds. The store becomes this member's copy
 // unless it has a newer one.
-func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.AuthStore, error) {
+func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.Store, error) {
 	if l.trusted != nil {
 		return l.trusted, nil
 	}
@@ -83,13 +83,13 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.AuthStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st *auth.AuthStore
+	var st *auth.Store
 	if l.cur != nil && l.cur.store.Seq == seq {
 		st = l.cur.store
 	} else if st, err = auth.ReadAuth(rd); err != nil {
 		return nil, err
 	} else if st == nil {
-		st = auth.NewAuthStore(nil)
+		st = auth.NewStore(nil)
 	}
 	d.keepAuth(&authCopy{store: st, gen: l.gen, leader: l.led})
 	return st, nil
@@ -98,7 +98,7 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.AuthStore, error) {
 // AuthView is LookAuth then LoadAuth in one go, for a caller whose
 // engine reads block: rd is the request's snapshot, or nil for one from
 // open (only if the copy is not trusted).
-func (d *Driver) AuthView(rd core.Reader, led bool, open func() (core.Reader, func(), error)) (*auth.AuthStore, error) {
+func (d *Driver) AuthView(rd core.Reader, led bool, open func() (core.Reader, func(), error)) (*auth.Store, error) {
 	l := d.LookAuth(led)
 	if st := l.Trusted(); st != nil {
 		return st, nil
@@ -151,10 +151,10 @@ type AuthEngine interface {
 
 // AuthChange is one change of the auth store, to run on the leader.
 type AuthChange struct {
-	Change auth.AuthChange
+	Change auth.Change
 	// Admit refuses a caller that the stored store, once enabled, does
 	// not let change it (the caller's identity is the server's business).
-	Admit func(st *auth.AuthStore) error
+	Admit func(st *auth.Store) error
 	// Engine runs the change's transaction.
 	Engine AuthEngine
 }
@@ -165,7 +165,7 @@ type AuthChange struct {
 // this member's. Changes run one at a time, in arrival order. done gets
 // the new store (nil: nothing changed), or core.ErrNotLeader if this
 // member does not lead when the change's turn comes.
-func (d *Driver) ChangeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
+func (d *Driver) ChangeAuth(c AuthChange, done func(*auth.Store, error)) {
 	a := &d.auth
 	run := func() { d.changeAuth(c, done) }
 	a.mu.Lock()
@@ -179,8 +179,8 @@ func (d *Driver) ChangeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
 	run()
 }
 
-func (d *Driver) changeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
-	finish := func(next *auth.AuthStore, err error) {
+func (d *Driver) changeAuth(c AuthChange, done func(*auth.Store, error)) {
+	finish := func(next *auth.Store, err error) {
 		d.nextAuthChange()
 		done(next, err)
 	}
@@ -190,7 +190,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
 	}
 	a := &d.auth
 	g := a.gen.Load()
-	var next *auth.AuthStore
+	var next *auth.Store
 	c.Engine.Update(func(rd core.Reader) ([]core.Write, error) {
 		next = nil
 		st, err := auth.ReadAuth(rd)
@@ -202,7 +202,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*auth.AuthStore, error)) {
 			if err != nil {
 				return nil, err
 			}
-			st = auth.NewAuthStore(secret)
+			st = auth.NewStore(secret)
 		}
 		if st.Enabled && c.Admit != nil {
 			if err := c.Admit(st); err != nil {

@@ -30,14 +30,14 @@ func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func
 }
 
 // changeAuth adds role name through d and returns what ChangeAuth said.
-func changeAuth(t *testing.T, d *driver.Driver, eng authEngine, name string) (*auth.AuthStore, error) {
+func changeAuth(t *testing.T, d *driver.Driver, eng authEngine, name string) (*auth.Store, error) {
 	t.Helper()
 	var (
-		next   *auth.AuthStore
+		next   *auth.Store
 		err    error
 		called bool
 	)
-	d.ChangeAuth(driver.AuthChange{Change: &pb.AuthRoleAddRequest{Name: name}, Engine: eng}, func(st *auth.AuthStore, e error) {
+	d.ChangeAuth(driver.AuthChange{Change: &pb.AuthRoleAddRequest{Name: name}, Engine: eng}, func(st *auth.Store, e error) {
 		next, err, called = st, e, true
 	})
 	if !called {

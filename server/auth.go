@@ -57,7 +57,7 @@ type authState struct {
 // authView returns the auth store a request is checked against. led says
 // the caller leads (its snapshot is the leader's); rd, when not nil, is
 // the request's engine snapshot.
-func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*auth.AuthStore, error) {
+func (s *Server) authView(ctx context.Context, rd core.Reader, led bool) (*auth.Store, error) {
 	return s.drv.AuthView(rd, led, func() (core.Reader, func(), error) {
 		txn, err := s.eng.Begin(ctx)
 		if err != nil {
@@ -84,25 +84,25 @@ func tokenOf(ctx context.Context) (string, bool) {
 // call from an instance, whose certificate is the instance's, and so
 // never on a peer listener, which serves nothing else); else nobody.
 // With auth off nobody; a bad token is ErrAuthInvalidToken.
-func (s *Server) identify(ctx context.Context, st *auth.AuthStore) (auth.AuthIdentity, error) {
+func (s *Server) identify(ctx context.Context, st *auth.Store) (auth.Identity, error) {
 	if !st.Enabled {
-		return auth.AuthIdentity{}, nil
+		return auth.Identity{}, nil
 	}
 	if tok, ok := tokenOf(ctx); ok {
 		return s.tokens.resolve(st, tok, forwarded(ctx))
 	}
 	if p, ok := fromInstance(ctx); ok {
 		if p.User != "" {
-			return auth.AuthIdentity{User: p.User, Revision: st.Revision}, nil
+			return auth.Identity{User: p.User, Revision: st.Revision}, nil
 		}
-		return auth.AuthIdentity{}, nil
+		return auth.Identity{}, nil
 	}
 	if s.cfg.ClientCertAuth {
 		if cn := certUser(ctx); cn != "" {
-			return auth.AuthIdentity{User: cn, Revision: st.Revision}, nil
+			return auth.Identity{User: cn, Revision: st.Revision}, nil
 		}
 	}
-	return auth.AuthIdentity{}, nil
+	return auth.Identity{}, nil
 }
 
 // certVouch is the user a forward of a client's call vouches for: the
@@ -125,7 +125,7 @@ func (s *Server) certVouch(ctx context.Context) string {
 
 // authCheck decides whether a call may run, given the store and who it
 // runs as.
-type authCheck func(st *auth.AuthStore, id auth.AuthIdentity) error
+type authCheck func(st *auth.Store, id auth.Identity) error
 
 // authorize resolves the caller of ctx and runs check (see authView for
 // rd and led). With auth off everything may run.
@@ -158,26 +158,26 @@ func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
 var (
 	// tokenValid: a given token must be valid (etcd checks it for every
 	// proposal, compaction included).
-	tokenValid authCheck = func(*auth.AuthStore, auth.AuthIdentity) error { return nil }
+	tokenValid authCheck = func(*auth.Store, auth.Identity) error { return nil }
 	// someUser: etcd's requireAuthInfo.
-	someUser authCheck = func(_ *auth.AuthStore, id auth.AuthIdentity) error {
+	someUser authCheck = func(_ *auth.Store, id auth.Identity) error {
 		if id.Revision == 0 {
 			return auth.ErrAuthUserEmpty
 		}
 		return nil
 	}
 	// admin: the root role.
-	admin authCheck = func(st *auth.AuthStore, id auth.AuthIdentity) error { return st.CheckAdmin(id) }
+	admin authCheck = func(st *auth.Store, id auth.Identity) error { return st.CheckAdmin(id) }
 )
 
 // changeAuth applies a change to the auth store on the leader
 // (driver.ChangeAuth): the caller of ctx must be allowed to by the
 // stored store (the root role, once auth is on).
-func (s *Server) changeAuth(ctx context.Context, ch auth.AuthChange) error {
+func (s *Server) changeAuth(ctx context.Context, ch auth.Change) error {
 	done := make(chan error, 1)
 	s.drv.ChangeAuth(driver.AuthChange{
 		Change: ch,
-		Admit: func(st *auth.AuthStore) error {
+		Admit: func(st *auth.Store) error {
 			id, err := s.identify(ctx, st)
 			if err != nil {
 				return err
@@ -185,7 +185,7 @@ func (s *Server) changeAuth(ctx context.Context, ch auth.AuthChange) error {
 			return st.CheckAdmin(id)
 		},
 		Engine: authEngine{s: s, ctx: ctx},
-	}, func(next *auth.AuthStore, err error) {
+	}, func(next *auth.Store, err error) {
 		if next != nil {
 			s.log.Info("auth store changed", "change", authChangeName(ch), "auth_revision", next.Revision)
 		}
@@ -218,7 +218,7 @@ func (e authEngine) Update(fn func(core.Reader) ([]core.Write, error), done func
 
 // authChangeName names a change for the log: never its fields, which may
 // hold a password.
-func authChangeName(ch auth.AuthChange) string {
+func authChangeName(ch auth.Change) string {
 	name := string(ch.ProtoReflect().Descriptor().Name())
 	return strings.TrimSuffix(strings.TrimPrefix(name, "Auth"), "Request")
 }

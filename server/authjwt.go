@@ -236,17 +236,17 @@ func (k *jwtKeys) issue(user string, rev uint64, now time.Time) (string, error) 
 // numeric revision, stands for that user at that revision (a change of
 // the auth store since then makes etcd's permission checks answer
 // "revision of auth store is old"); anything else is an invalid token.
-func (k *jwtKeys) resolve(token string, now time.Time) (auth.AuthIdentity, error) {
+func (k *jwtKeys) resolve(token string, now time.Time) (auth.Identity, error) {
 	parsed, err := jwt.Parse(token, func(*jwt.Token) (any, error) { return k.verify, nil },
 		jwt.WithValidMethods([]string{k.method.Alg()}), jwt.WithTimeFunc(func() time.Time { return now }))
 	if err != nil || !parsed.Valid {
-		return auth.AuthIdentity{}, auth.ErrAuthInvalidToken
+		return auth.Identity{}, auth.ErrAuthInvalidToken
 	}
 	claims, _ := parsed.Claims.(jwt.MapClaims)
 	user, ok1 := claims["username"].(string)
 	rev, ok2 := claims["revision"].(float64)
 	if !ok1 || !ok2 {
-		return auth.AuthIdentity{}, auth.ErrAuthInvalidToken
+		return auth.Identity{}, auth.ErrAuthInvalidToken
 	}
-	return auth.AuthIdentity{User: user, Revision: uint64(rev)}, nil
+	return auth.Identity{User: user, Revision: uint64(rev)}, nil
 }

@@ -26,7 +26,7 @@ type authServer struct {
 // check against the leader's store, and answers with a header at the
 // commit point.
 func onLeader[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx context.Context, check authCheck,
-	local func(st *auth.AuthStore, id auth.AuthIdentity, h *pb.ResponseHeader) (T, error),
+	local func(st *auth.Store, id auth.Identity, h *pb.ResponseHeader) (T, error),
 	remote func(context.Context, pb.AuthClient) (T, error)) (T, error) {
 	return forward(s, ctx, func() (T, error) {
 		var zero T
@@ -37,7 +37,7 @@ func onLeader[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx cont
 		if err != nil {
 			return zero, err
 		}
-		var id auth.AuthIdentity
+		var id auth.Identity
 		if st.Enabled {
 			if id, err = s.identify(ctx, st); err != nil {
 				return zero, err
@@ -52,9 +52,9 @@ func onLeader[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx cont
 
 // change runs a change of the auth store on the leader (changeAuth
 // checks the caller).
-func change[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx context.Context, ch auth.AuthChange, resp func(*pb.ResponseHeader) T,
+func change[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx context.Context, ch auth.Change, resp func(*pb.ResponseHeader) T,
 	remote func(context.Context, pb.AuthClient) (T, error)) (T, error) {
-	return onLeader(s, ctx, tokenValid, func(_ *auth.AuthStore, _ auth.AuthIdentity, _ *pb.ResponseHeader) (T, error) {
+	return onLeader(s, ctx, tokenValid, func(_ *auth.Store, _ auth.Identity, _ *pb.ResponseHeader) (T, error) {
 		if err := s.changeAuth(ctx, ch); err != nil {
 			var zero T
 			return zero, err
@@ -103,7 +103,7 @@ func (a authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest)
 func (s *Server) withHash(r interface {
 	proto.Message
 	GetPassword() string
-}, noPassword bool) (auth.AuthChange, error) {
+}, noPassword bool) (auth.Change, error) {
 	c := proto.Clone(r)
 	if noPassword {
 		return c, nil
@@ -123,7 +123,7 @@ func (s *Server) withHash(r interface {
 }
 
 func (a authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
-	return onLeader(a.s, ctx, tokenValid, func(*auth.AuthStore, auth.AuthIdentity, *pb.ResponseHeader) (*pb.AuthUserAddResponse, error) {
+	return onLeader(a.s, ctx, tokenValid, func(*auth.Store, auth.Identity, *pb.ResponseHeader) (*pb.AuthUserAddResponse, error) {
 		ch, err := a.s.withHash(r, r.Options.GetNoPassword())
 		if err == nil {
 			err = a.s.changeAuth(ctx, ch)
@@ -136,7 +136,7 @@ func (a authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.
 }
 
 func (a authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	return onLeader(a.s, ctx, tokenValid, func(st *auth.AuthStore, _ auth.AuthIdentity, _ *pb.ResponseHeader) (*pb.AuthUserChangePasswordResponse, error) {
+	return onLeader(a.s, ctx, tokenValid, func(st *auth.Store, _ auth.Identity, _ *pb.ResponseHeader) (*pb.AuthUserChangePasswordResponse, error) {
 		u := st.Users[r.Name]
 		ch, err := a.s.withHash(r, u != nil && u.Options.GetNoPassword())
 		if err == nil {
@@ -206,13 +206,13 @@ func (a authServer) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevo
 
 func (a authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
 	// etcd lets a user read itself.
-	self := func(st *auth.AuthStore, id auth.AuthIdentity) error {
+	self := func(st *auth.Store, id auth.Identity) error {
 		if err := st.CheckAdmin(id); err != nil && r.Name != id.User {
 			return err
 		}
 		return nil
 	}
-	return onLeader(a.s, ctx, self, func(st *auth.AuthStore, _ auth.AuthIdentity, h *pb.ResponseHeader) (*pb.AuthUserGetResponse, error) {
+	return onLeader(a.s, ctx, self, func(st *auth.Store, _ auth.Identity, h *pb.ResponseHeader) (*pb.AuthUserGetResponse, error) {
 		resp, err := st.UserGet(r.Name)
 		if err != nil {
 			return nil, err
@@ -224,13 +224,13 @@ func (a authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.
 
 func (a authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
 	// etcd lets a user read its own roles.
-	own := func(st *auth.AuthStore, id auth.AuthIdentity) error {
+	own := func(st *auth.Store, id auth.Identity) error {
 		if err := st.CheckAdmin(id); err != nil && !st.HasRole(id.User, r.Role) {
 			return err
 		}
 		return nil
 	}
-	return onLeader(a.s, ctx, own, func(st *auth.AuthStore, _ auth.AuthIdentity, h *pb.ResponseHeader) (*pb.AuthRoleGetResponse, error) {
+	return onLeader(a.s, ctx, own, func(st *auth.Store, _ auth.Identity, h *pb.ResponseHeader) (*pb.AuthRoleGetResponse, error) {
 		resp, err := st.RoleGet(r.Role)
 		if err != nil {
 			return nil, err
@@ -241,7 +241,7 @@ func (a authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.
 }
 
 func (a authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
-	return onLeader(a.s, ctx, admin, func(st *auth.AuthStore, _ auth.AuthIdentity, h *pb.ResponseHeader) (*pb.AuthUserListResponse, error) {
+	return onLeader(a.s, ctx, admin, func(st *auth.Store, _ auth.Identity, h *pb.ResponseHeader) (*pb.AuthUserListResponse, error) {
 		resp := st.UserList()
 		resp.Header = h
 		return resp, nil
@@ -251,7 +251,7 @@ func (a authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*p
 }
 
 func (a authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	return onLeader(a.s, ctx, admin, func(st *auth.AuthStore, _ auth.AuthIdentity, h *pb.ResponseHeader) (*pb.AuthRoleListResponse, error) {
+	return onLeader(a.s, ctx, admin, func(st *auth.Store, _ auth.Identity, h *pb.ResponseHeader) (*pb.AuthRoleListResponse, error) {
 		resp := st.RoleList()
 		resp.Header = h
 		return resp, nil

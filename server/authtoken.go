@@ -43,7 +43,7 @@ type authTokens struct {
 	// seen is the store a simple token was last resolved against, whose
 	// Secret renews tokens on their way to the leader without an engine
 	// read.
-	seen atomic.Pointer[auth.AuthStore]
+	seen atomic.Pointer[auth.Store]
 }
 
 func newAuthTokens(cfg AuthConfig) *authTokens {
@@ -61,7 +61,7 @@ func newAuthTokens(cfg AuthConfig) *authTokens {
 }
 
 // issue returns a token for user, whose password was just checked in st.
-func (t *authTokens) issue(st *auth.AuthStore, user string) (string, error) {
+func (t *authTokens) issue(st *auth.Store, user string) (string, error) {
 	now := t.now()
 	switch t.kind {
 	case "jwt":
@@ -82,18 +82,18 @@ func (t *authTokens) issue(st *auth.AuthStore, user string) (string, error) {
 // resolve is who a token stands for in st (auth on), or
 // ErrAuthInvalidToken. A simple token's use on a call from a client keeps
 // it alive on this instance; a forwarded one is judged by its expiry.
-func (t *authTokens) resolve(st *auth.AuthStore, token string, forwarded bool) (auth.AuthIdentity, error) {
+func (t *authTokens) resolve(st *auth.Store, token string, forwarded bool) (auth.Identity, error) {
 	now := t.now()
 	switch t.kind {
 	case "jwt":
 		return t.jwt.resolve(token, now)
 	case "simple":
 	default:
-		return auth.AuthIdentity{}, auth.ErrAuthInvalidToken
+		return auth.Identity{}, auth.ErrAuthInvalidToken
 	}
 	id, exp, err := st.ResolveToken(token)
 	if err != nil {
-		return auth.AuthIdentity{}, err
+		return auth.Identity{}, err
 	}
 	if t.seen.Load() != st {
 		t.seen.Store(st)
@@ -103,7 +103,7 @@ func (t *authTokens) resolve(st *auth.AuthStore, token string, forwarded bool) (
 		alive = t.uses.alive(token, exp, now.UnixNano())
 	}
 	if !alive {
-		return auth.AuthIdentity{}, auth.ErrAuthInvalidToken
+		return auth.Identity{}, auth.ErrAuthInvalidToken
 	}
 	return id, nil
 }
@@ -112,7 +112,7 @@ func (t *authTokens) resolve(st *auth.AuthStore, token string, forwarded bool) (
 // a simple token alive here renewed to a TTL from now, after recording
 // the use; anything else as it is (the leader finds a dead token dead
 // too). store reads the current store when the last one seen will not do.
-func (t *authTokens) forward(token string, store func() (*auth.AuthStore, error)) string {
+func (t *authTokens) forward(token string, store func() (*auth.Store, error)) string {
 	if t.kind != "simple" {
 		return token
 	}
@@ -141,7 +141,7 @@ func (t *authTokens) forward(token string, store func() (*auth.AuthStore, error)
 
 // expiryIn is the expiry a simple token carries, if st (auth on) deems
 // it genuine and not void.
-func expiryIn(st *auth.AuthStore, token string) (int64, bool) {
+func expiryIn(st *auth.Store, token string) (int64, bool) {
 	if st == nil || !st.Enabled {
 		return 0, false
 	}

@@ -125,7 +125,7 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	if err := k.s.authorize(ctx, rd, led, func(st *auth.AuthStore, id auth.AuthIdentity) error {
+	if err := k.s.authorize(ctx, rd, led, func(st *auth.Store, id auth.Identity) error {
 		return st.CheckRange(id, r)
 	}); err != nil {
 		return nil, toGRPC(err)
@@ -173,7 +173,7 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 	}
 	out, err := forward(k.s, ctx, func() (T, error) {
 		var zero T
-		if err := k.s.authorizeLeader(ctx, func(st *auth.AuthStore, id auth.AuthIdentity) error {
+		if err := k.s.authorizeLeader(ctx, func(st *auth.Store, id auth.Identity) error {
 			return st.CheckWrite(id, op, k.s.drv.LeaseKeys)
 		}); err != nil {
 			return zero, err

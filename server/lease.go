@@ -166,7 +166,7 @@ func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) 
 // root, write (revoke, keepalive) or read (time-to-live with keys) on
 // every key attached to it.
 func (s *Server) leaseCheck(lease int64, write bool) authCheck {
-	return func(st *auth.AuthStore, id auth.AuthIdentity) error {
+	return func(st *auth.Store, id auth.Identity) error {
 		if err := someUser(st, id); err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (s *Server) leaseCheck(lease int64, write bool) authCheck {
 
 // leasesCheck is etcd's check of LeaseLeases: a user, and unless root,
 // read on every key attached to any lease.
-func (s *Server) leasesCheck(st *auth.AuthStore, id auth.AuthIdentity) error {
+func (s *Server) leasesCheck(st *auth.Store, id auth.Identity) error {
 	if err := someUser(st, id); err != nil || st.CheckAdmin(id) == nil {
 		return err
 	}

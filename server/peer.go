@@ -142,7 +142,7 @@ func (p *peers) nudge(addr string) {
 // that user's.
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	if tok, ok := tokenOf(ctx); ok {
-		return metadata.AppendToOutgoingContext(ctx, "token", s.tokens.forward(tok, func() (*auth.AuthStore, error) { return s.authView(ctx, nil, false) }))
+		return metadata.AppendToOutgoingContext(ctx, "token", s.tokens.forward(tok, func() (*auth.Store, error) { return s.authView(ctx, nil, false) }))
 	}
 	if user := s.certVouch(ctx); user != "" {
 		return context.WithValue(ctx, vouchKey{}, user)

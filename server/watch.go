@@ -356,7 +356,7 @@ func (w watchServer) permitted(ctx context.Context, ws *watchStream, c *pb.Watch
 	if len(key) == 0 {
 		key = []byte{0} // etcd's smallest key, for an empty one
 	}
-	err := w.s.authorizeLeader(ctx, func(st *auth.AuthStore, id auth.AuthIdentity) error {
+	err := w.s.authorizeLeader(ctx, func(st *auth.Store, id auth.Identity) error {
 		return st.Check(id, key, c.RangeEnd, false)
 	})
 	if err == nil || errors.Is(err, core.ErrNotLeader) {

@@ -44,9 +44,9 @@ var (
 type permKey struct{ key, end string }
 
 // authSetup is the store every auth world starts from, as changes.
-func authSetup() []auth.AuthChange {
+func authSetup() []auth.Change {
 	none := &authpb.UserAddOptions{NoPassword: true}
-	chs := []auth.AuthChange{
+	chs := []auth.Change{
 		&pb.AuthUserAddRequest{Name: authRoot, Options: none},
 		&pb.AuthUserGrantRoleRequest{User: authRoot, Role: "root"},
 	}
@@ -63,7 +63,7 @@ func authSetup() []auth.AuthChange {
 		&pb.AuthEnableRequest{})
 }
 
-func grantPerm(role string, p permKey, t authpb.Permission_Type) auth.AuthChange {
+func grantPerm(role string, p permKey, t authpb.Permission_Type) auth.Change {
 	return &pb.AuthRoleGrantPermissionRequest{Name: role, Perm: &authpb.Permission{PermType: t, Key: []byte(p.key), RangeEnd: []byte(p.end)}}
 }
 
@@ -71,7 +71,7 @@ func grantPerm(role string, p permKey, t authpb.Permission_Type) auth.AuthChange
 // any node starts or fault is injected (a cluster whose operator set
 // auth up).
 func (w *World) setUpAuth() error {
-	st := auth.NewAuthStore([]byte("sim secret"))
+	st := auth.NewStore([]byte("sim secret"))
 	for _, ch := range authSetup() {
 		if _, err := st.Apply(ch); err != nil {
 			return fmt.Errorf("auth setup %s: %w", describeAuthChange(ch), err)
@@ -108,7 +108,7 @@ func (c *client) authChange() input {
 	w := c.w
 	role := authRoles[w.rng.IntN(len(authRoles))]
 	p := authPerms[w.rng.IntN(len(authPerms))]
-	var ch auth.AuthChange
+	var ch auth.Change
 	switch w.rng.IntN(4) {
 	case 0:
 		ch = grantPerm(role, p, authpb.Permission_Type(w.rng.IntN(3)))
@@ -123,7 +123,7 @@ func (c *client) authChange() input {
 }
 
 // describeAuthChange renders a change for the trace, on one line.
-func describeAuthChange(ch auth.AuthChange) string {
+func describeAuthChange(ch auth.Change) string {
 	switch r := ch.(type) {
 	case *pb.AuthRoleGrantPermissionRequest:
 		return fmt.Sprintf("RoleGrantPermission %s %s %s", r.Name, r.Perm.PermType, describePerm(string(r.Perm.Key), string(r.Perm.RangeEnd)))
@@ -168,17 +168,17 @@ func isAuthError(err error) bool {
 
 // identity is who a call runs as against st: the user it names, as a
 // server takes a client certificate's.
-func identity(c *call, st *auth.AuthStore) auth.AuthIdentity {
+func identity(c *call, st *auth.Store) auth.Identity {
 	if c.user == "" {
-		return auth.AuthIdentity{}
+		return auth.Identity{}
 	}
-	return auth.AuthIdentity{User: c.user, Revision: st.Revision}
+	return auth.Identity{User: c.user, Revision: st.Revision}
 }
 
 // authCheck is the server's check of a call against st: read for a
 // range, etcd's per-operation rules for a write, the root role for a
 // compaction. Lease calls are not checked here (see doc.go).
-func (n *node) authCheck(c *call, st *auth.AuthStore) error {
+func (n *node) authCheck(c *call, st *auth.Store) error {
 	if !st.Enabled {
 		return nil
 	}
@@ -264,9 +264,9 @@ func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, l
 func (n *node) changeAuth(c *call, done func(error)) {
 	n.drv.ChangeAuth(driver.AuthChange{
 		Change: c.in.auth,
-		Admit:  func(st *auth.AuthStore) error { return st.CheckAdmin(identity(c, st)) },
+		Admit:  func(st *auth.Store) error { return st.CheckAdmin(identity(c, st)) },
 		Engine: simAuthEngine{n: n, c: c},
-	}, func(_ *auth.AuthStore, err error) { done(err) })
+	}, func(_ *auth.Store, err error) { done(err) })
 }
 
 // authAttempt is a commit of an auth change that may have applied.

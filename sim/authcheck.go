@@ -41,7 +41,7 @@ func (m *authModel) clone() *authModel {
 	return c
 }
 
-func (m *authModel) apply(ch auth.AuthChange) {
+func (m *authModel) apply(ch auth.Change) {
 	switch r := ch.(type) {
 	case *pb.AuthUserAddRequest:
 		m.users[r.Name] = map[string]bool{}
@@ -173,10 +173,10 @@ func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
 // from when every check must see it.
 type authChain struct {
 	seq0   uint64
-	models []*authModel      // models[i]: at Seq seq0+i
-	from   []time.Duration   // from[i]: the commit call of Seq seq0+i
-	known  []time.Duration   // known[i]: see authAttempt.known (-1: never)
-	change []auth.AuthChange // change[i]: what made Seq seq0+i
+	models []*authModel    // models[i]: at Seq seq0+i
+	from   []time.Duration // from[i]: the commit call of Seq seq0+i
+	known  []time.Duration // known[i]: see authAttempt.known (-1: never)
+	change []auth.Change   // change[i]: what made Seq seq0+i
 }
 
 // checkAuth holds every permission check to the auth store's history: a
@@ -264,7 +264,7 @@ func (w *World) authChain() (*authChain, error) {
 			return nil, fmt.Errorf("auth: lost change: op%d (%s) acknowledged, not applied", cl.id, describeAuthChange(cl.in.auth))
 		}
 	}
-	var final *auth.AuthStore
+	var final *auth.Store
 	err := w.final(func(rd storage.Reader, _ core.State) (err error) {
 		final, err = auth.ReadAuth(rd)
 		return err
@@ -276,7 +276,7 @@ func (w *World) authChain() (*authChain, error) {
 	for _, ch := range authSetup() {
 		m.apply(ch)
 	}
-	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []auth.AuthChange{nil}}
+	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []auth.Change{nil}}
 	for s := w.authSeq0 + 1; s <= final.Seq; s++ {
 		a, ok := applied[s]
 		if !ok {
@@ -327,7 +327,7 @@ func (m *authModel) describe() string {
 }
 
 // describeStore renders an engine's store as the model's describe does.
-func describeStore(st *auth.AuthStore) string {
+func describeStore(st *auth.Store) string {
 	m := newAuthModel()
 	users, roles := st.ExportAuth()
 	for _, u := range users {

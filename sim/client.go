@@ -36,7 +36,7 @@ type input struct {
 	rev   int64
 	// counter marks the read and the Txn of a hot-counter CAS loop.
 	counter bool
-	auth    auth.AuthChange
+	auth    auth.Change
 }
 
 type callStatus uint8

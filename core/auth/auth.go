@@ -52,18 +52,18 @@ const (
 	rootRole = "root"
 )
 
-// AuthUser is a user and when its credentials were last set.
-type AuthUser struct {
+// User is a user and when its credentials were last set.
+type User struct {
 	*authpb.User
 	// CredRev is the auth revision of the change that created the user or
 	// set its password: tokens name it, so they die with the password.
 	CredRev uint64
 }
 
-// AuthStore is etcd's auth store: users, roles with their key
+// Store is etcd's auth store: users, roles with their key
 // permissions, the enabled flag and the auth revision. A value is never
 // changed once shared: Apply changes a Clone.
-type AuthStore struct {
+type Store struct {
 	Enabled bool
 	// Revision is etcd's auth revision, bumped by every change but
 	// AuthEnable (as etcd's).
@@ -76,7 +76,7 @@ type AuthStore struct {
 	Epoch uint64
 	// Secret signs tokens; the instances share it through the engine.
 	Secret []byte
-	Users  map[string]*AuthUser
+	Users  map[string]*User
 	Roles  map[string]*authpb.Role
 
 	// perms is every user's merged permissions, built by index before
@@ -84,20 +84,20 @@ type AuthStore struct {
 	perms map[string]*userPerms
 }
 
-// NewAuthStore returns an empty store signing with secret, at etcd's
+// NewStore returns an empty store signing with secret, at etcd's
 // first auth revision, 1.
-func NewAuthStore(secret []byte) *AuthStore {
-	a := &AuthStore{Revision: 1, Secret: secret, Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
+func NewStore(secret []byte) *Store {
+	a := &Store{Revision: 1, Secret: secret, Users: map[string]*User{}, Roles: map[string]*authpb.Role{}}
 	a.index()
 	return a
 }
 
 // Clone returns a deep copy, for Apply.
-func (a *AuthStore) Clone() *AuthStore {
-	c := &AuthStore{Enabled: a.Enabled, Revision: a.Revision, Seq: a.Seq, Epoch: a.Epoch, Secret: a.Secret,
-		Users: make(map[string]*AuthUser, len(a.Users)), Roles: make(map[string]*authpb.Role, len(a.Roles))}
+func (a *Store) Clone() *Store {
+	c := &Store{Enabled: a.Enabled, Revision: a.Revision, Seq: a.Seq, Epoch: a.Epoch, Secret: a.Secret,
+		Users: make(map[string]*User, len(a.Users)), Roles: make(map[string]*authpb.Role, len(a.Roles))}
 	for n, u := range a.Users {
-		c.Users[n] = &AuthUser{User: proto.Clone(u.User).(*authpb.User), CredRev: u.CredRev}
+		c.Users[n] = &User{User: proto.Clone(u.User).(*authpb.User), CredRev: u.CredRev}
 	}
 	for n, r := range a.Roles {
 		c.Roles[n] = proto.Clone(r).(*authpb.Role)
@@ -105,15 +105,15 @@ func (a *AuthStore) Clone() *AuthStore {
 	return c
 }
 
-// AuthChange is one request of etcd's Auth service that changes the
+// Change is one request of etcd's Auth service that changes the
 // store. Passwords arrive hashed (HashedPassword): bcrypt runs outside
 // this package.
-type AuthChange = proto.Message
+type Change = proto.Message
 
 // Apply applies a change to a (a Clone the caller owns). changed is false
 // for a change etcd ignores (enabling twice, granting a role twice): then
 // nothing is to be stored.
-func (a *AuthStore) Apply(ch AuthChange) (changed bool, err error) {
+func (a *Store) Apply(ch Change) (changed bool, err error) {
 	defer a.index()
 	switch r := ch.(type) {
 	case *pb.AuthEnableRequest:
@@ -179,7 +179,7 @@ func (a *AuthStore) Apply(ch AuthChange) (changed bool, err error) {
 	return true, nil
 }
 
-func (a *AuthStore) userAdd(r *pb.AuthUserAddRequest) error {
+func (a *Store) userAdd(r *pb.AuthUserAddRequest) error {
 	if r.Name == "" {
 		return ErrAuthUserEmpty
 	}
@@ -190,7 +190,7 @@ func (a *AuthStore) userAdd(r *pb.AuthUserAddRequest) error {
 	if opts == nil {
 		opts = &authpb.UserAddOptions{}
 	}
-	u := &AuthUser{User: &authpb.User{Name: []byte(r.Name), Options: proto.Clone(opts).(*authpb.UserAddOptions)}, CredRev: a.Revision + 1}
+	u := &User{User: &authpb.User{Name: []byte(r.Name), Options: proto.Clone(opts).(*authpb.UserAddOptions)}, CredRev: a.Revision + 1}
 	if !opts.NoPassword {
 		u.Password = []byte(r.HashedPassword)
 	}
@@ -198,7 +198,7 @@ func (a *AuthStore) userAdd(r *pb.AuthUserAddRequest) error {
 	return nil
 }
 
-func (a *AuthStore) userDelete(r *pb.AuthUserDeleteRequest) error {
+func (a *Store) userDelete(r *pb.AuthUserDeleteRequest) error {
 	if a.Enabled && r.Name == rootUser {
 		return ErrAuthInvalidMgmt
 	}
@@ -209,7 +209,7 @@ func (a *AuthStore) userDelete(r *pb.AuthUserDeleteRequest) error {
 	return nil
 }
 
-func (a *AuthStore) userGrant(r *pb.AuthUserGrantRoleRequest) (bool, error) {
+func (a *Store) userGrant(r *pb.AuthUserGrantRoleRequest) (bool, error) {
 	u := a.Users[r.User]
 	if u == nil {
 		return false, ErrAuthUserNotFound
@@ -227,7 +227,7 @@ func (a *AuthStore) userGrant(r *pb.AuthUserGrantRoleRequest) (bool, error) {
 	return true, nil
 }
 
-func (a *AuthStore) userRevoke(r *pb.AuthUserRevokeRoleRequest) error {
+func (a *Store) userRevoke(r *pb.AuthUserRevokeRoleRequest) error {
 	if a.Enabled && r.Name == rootUser && r.Role == rootRole {
 		return ErrAuthInvalidMgmt
 	}
@@ -243,7 +243,7 @@ func (a *AuthStore) userRevoke(r *pb.AuthUserRevokeRoleRequest) error {
 	return nil
 }
 
-func (a *AuthStore) roleDelete(r *pb.AuthRoleDeleteRequest) error {
+func (a *Store) roleDelete(r *pb.AuthRoleDeleteRequest) error {
 	if a.Enabled && r.Role == rootRole {
 		return ErrAuthInvalidMgmt
 	}
@@ -257,7 +257,7 @@ func (a *AuthStore) roleDelete(r *pb.AuthRoleDeleteRequest) error {
 	return nil
 }
 
-func (a *AuthStore) roleGrant(r *pb.AuthRoleGrantPermissionRequest) error {
+func (a *Store) roleGrant(r *pb.AuthRoleGrantPermissionRequest) error {
 	if r.Perm == nil {
 		return ErrAuthPermissionNotGiven
 	}
@@ -283,7 +283,7 @@ func (a *AuthStore) roleGrant(r *pb.AuthRoleGrantPermissionRequest) error {
 	return nil
 }
 
-func (a *AuthStore) roleRevoke(r *pb.AuthRoleRevokePermissionRequest) error {
+func (a *Store) roleRevoke(r *pb.AuthRoleRevokePermissionRequest) error {
 	role := a.Roles[r.Role]
 	if role == nil {
 		return ErrAuthRoleNotFound
@@ -318,12 +318,12 @@ func hasRole(u *authpb.User, role string) bool {
 }
 
 // Status answers AuthStatus.
-func (a *AuthStore) Status() *pb.AuthStatusResponse {
+func (a *Store) Status() *pb.AuthStatusResponse {
 	return &pb.AuthStatusResponse{Enabled: a.Enabled, AuthRevision: a.Revision}
 }
 
 // UserGet answers UserGet.
-func (a *AuthStore) UserGet(name string) (*pb.AuthUserGetResponse, error) {
+func (a *Store) UserGet(name string) (*pb.AuthUserGetResponse, error) {
 	u := a.Users[name]
 	if u == nil {
 		return nil, ErrAuthUserNotFound
@@ -332,12 +332,12 @@ func (a *AuthStore) UserGet(name string) (*pb.AuthUserGetResponse, error) {
 }
 
 // UserList answers UserList, names in order.
-func (a *AuthStore) UserList() *pb.AuthUserListResponse {
+func (a *Store) UserList() *pb.AuthUserListResponse {
 	return &pb.AuthUserListResponse{Users: slices.Sorted(mapKeys(a.Users))}
 }
 
 // RoleGet answers RoleGet; the root role shows etcd's all-keys permission.
-func (a *AuthStore) RoleGet(name string) (*pb.AuthRoleGetResponse, error) {
+func (a *Store) RoleGet(name string) (*pb.AuthRoleGetResponse, error) {
 	r := a.Roles[name]
 	if r == nil {
 		return nil, ErrAuthRoleNotFound
@@ -353,12 +353,12 @@ func (a *AuthStore) RoleGet(name string) (*pb.AuthRoleGetResponse, error) {
 }
 
 // RoleList answers RoleList, names in order.
-func (a *AuthStore) RoleList() *pb.AuthRoleListResponse {
+func (a *Store) RoleList() *pb.AuthRoleListResponse {
 	return &pb.AuthRoleListResponse{Roles: slices.Sorted(mapKeys(a.Roles))}
 }
 
 // HasRole reports whether user has role (RoleGet of one's own role).
-func (a *AuthStore) HasRole(user, role string) bool {
+func (a *Store) HasRole(user, role string) bool {
 	u := a.Users[user]
 	return u != nil && hasRole(u.User, role)
 }
@@ -374,7 +374,7 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // EncodeAuth encodes a store for MetaAuth.
-func EncodeAuth(a *AuthStore) []byte {
+func EncodeAuth(a *Store) []byte {
 	b := binary.AppendUvarint(nil, 1) // encoding version
 	en := uint64(0)
 	if a.Enabled {
@@ -399,18 +399,18 @@ func EncodeAuth(a *AuthStore) []byte {
 func appendBytes(b, v []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
 
 // DecodeAuth decodes a MetaAuth record.
-func DecodeAuth(b []byte) (*AuthStore, error) {
+func DecodeAuth(b []byte) (*Store, error) {
 	d := authDecoder{b: b}
 	if d.uvarint() != 1 {
 		return nil, core.ErrBadRecord
 	}
-	a := &AuthStore{Users: map[string]*AuthUser{}, Roles: map[string]*authpb.Role{}}
+	a := &Store{Users: map[string]*User{}, Roles: map[string]*authpb.Role{}}
 	a.Enabled = d.uvarint() == 1
 	a.Revision, a.Seq, a.Epoch = d.uvarint(), d.uvarint(), d.uvarint()
 	nu, nr := d.uvarint(), d.uvarint()
 	a.Secret = d.bytes()
 	for i := uint64(0); i < nu && d.err == nil; i++ {
-		u := &AuthUser{CredRev: d.uvarint(), User: &authpb.User{}}
+		u := &User{CredRev: d.uvarint(), User: &authpb.User{}}
 		if err := proto.Unmarshal(d.bytes(), u.User); err != nil {
 			return nil, core.ErrBadRecord
 		}
@@ -459,13 +459,13 @@ func (d *authDecoder) bytes() []byte {
 // AuthWrites are the writes that store a: its record, its Seq, and the
 // format that knows auth records (a binary of format 3 refuses them
 // instead of serving the store without auth).
-func AuthWrites(a *AuthStore, by string) []core.Write {
+func AuthWrites(a *Store, by string) []core.Write {
 	return append(AuthRecords(a), core.FormatWrite(by))
 }
 
 // AuthRecords are the two records of a, without the format (a restore
 // records it last).
-func AuthRecords(a *AuthStore) []core.Write {
+func AuthRecords(a *Store) []core.Write {
 	return []core.Write{
 		{Key: core.MetaKey(MetaAuth), Value: EncodeAuth(a)},
 		{Key: core.MetaKey(MetaAuthSeq), Value: binary.AppendUvarint(nil, a.Seq)},
@@ -475,8 +475,8 @@ func AuthRecords(a *AuthStore) []core.Write {
 // ImportAuth makes a store of what an etcd snapshot holds: its users,
 // roles, enabled flag and auth revision, signing with secret. Tokens
 // etcd gave out mean nothing here; a user logs in again.
-func ImportAuth(enabled bool, revision uint64, users []*authpb.User, roles []*authpb.Role, secret []byte) *AuthStore {
-	a := NewAuthStore(secret)
+func ImportAuth(enabled bool, revision uint64, users []*authpb.User, roles []*authpb.Role, secret []byte) *Store {
+	a := NewStore(secret)
 	a.Enabled, a.Revision, a.Seq = enabled, max(revision, 1), 1
 	if enabled {
 		a.Epoch = 1
@@ -484,7 +484,7 @@ func ImportAuth(enabled bool, revision uint64, users []*authpb.User, roles []*au
 	for _, u := range users {
 		u := proto.Clone(u).(*authpb.User)
 		slices.Sort(u.Roles)
-		a.Users[string(u.Name)] = &AuthUser{User: u, CredRev: a.Revision}
+		a.Users[string(u.Name)] = &User{User: u, CredRev: a.Revision}
 	}
 	for _, r := range roles {
 		a.Roles[string(r.Name)] = proto.Clone(r).(*authpb.Role)
@@ -495,7 +495,7 @@ func ImportAuth(enabled bool, revision uint64, users []*authpb.User, roles []*au
 
 // ExportAuth lists a store's users and roles in name order, as etcd's
 // buckets hold them.
-func (a *AuthStore) ExportAuth() (users []*authpb.User, roles []*authpb.Role) {
+func (a *Store) ExportAuth() (users []*authpb.User, roles []*authpb.Role) {
 	for _, n := range slices.Sorted(mapKeys(a.Users)) {
 		users = append(users, a.Users[n].User)
 	}
@@ -519,7 +519,7 @@ func ReadAuthSeq(rd core.Reader) (uint64, error) {
 }
 
 // ReadAuth reads the stored store; nil if there is none.
-func ReadAuth(rd core.Reader) (*AuthStore, error) {
+func ReadAuth(rd core.Reader) (*Store, error) {
 	v, ok, err := rd.Get(core.MetaKey(MetaAuth))
 	if err != nil || !ok {
 		return nil, err

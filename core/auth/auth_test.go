@@ -16,7 +16,7 @@ import (
 
 // apply applies changes in order to a fresh store and returns it with the
 // error of the last.
-func apply(t *testing.T, st *auth.AuthStore, chs ...auth.AuthChange) error {
+func apply(t *testing.T, st *auth.Store, chs ...auth.Change) error {
 	t.Helper()
 	var err error
 	for _, ch := range chs {
@@ -45,33 +45,33 @@ var (
 func TestAuthChangesFollowEtcdsRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		changes []auth.AuthChange
+		changes []auth.Change
 		want    error
 	}{
-		{"enabling needs a root user", []auth.AuthChange{enable}, auth.ErrAuthRootUserNotExist},
-		{"enabling needs root to have the root role", []auth.AuthChange{addRoot, enable}, auth.ErrAuthRootRoleNotExist},
-		{"root with the root role enables", []auth.AuthChange{addRoot, rootRole, enable}, nil},
-		{"the root role needs no adding", []auth.AuthChange{addRoot, rootRole}, nil},
-		{"a user is added once", []auth.AuthChange{addAlice, addAlice}, auth.ErrAuthUserAlreadyExist},
-		{"a user has a name", []auth.AuthChange{&pb.AuthUserAddRequest{}}, auth.ErrAuthUserEmpty},
-		{"a role has a name", []auth.AuthChange{&pb.AuthRoleAddRequest{}}, auth.ErrAuthRoleEmpty},
-		{"a role is added once", []auth.AuthChange{addR1, addR1}, auth.ErrAuthRoleAlreadyExist},
-		{"granting a missing role", []auth.AuthChange{addAlice, aliceToR1}, auth.ErrAuthRoleNotFound},
-		{"granting to a missing user", []auth.AuthChange{addR1, aliceToR1}, auth.ErrAuthUserNotFound},
-		{"revoking a role not granted", []auth.AuthChange{addAlice, &pb.AuthUserRevokeRoleRequest{Name: "alice", Role: "r1"}}, auth.ErrAuthRoleNotGranted},
-		{"a permission needs a key", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "", "")}, auth.ErrAuthInvalidMgmt},
-		{"a range ends above its key", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "a")}, auth.ErrAuthInvalidMgmt},
-		{"from a key on is a range", []auth.AuthChange{addR1, grant("r1", authpb.Permission_READ, "b", "\x00")}, nil},
-		{"a permission is given", []auth.AuthChange{addR1, &pb.AuthRoleGrantPermissionRequest{Name: "r1"}}, auth.ErrAuthPermissionNotGiven},
-		{"revoking a permission not granted", []auth.AuthChange{addR1, &pb.AuthRoleRevokePermissionRequest{Role: "r1", Key: []byte("k")}}, auth.ErrAuthPermissionNotGranted},
-		{"root stays while auth is on", []auth.AuthChange{addRoot, rootRole, enable, &pb.AuthUserDeleteRequest{Name: "root"}}, auth.ErrAuthInvalidMgmt},
-		{"root keeps its role while auth is on", []auth.AuthChange{addRoot, rootRole, enable, &pb.AuthUserRevokeRoleRequest{Name: "root", Role: "root"}}, auth.ErrAuthInvalidMgmt},
-		{"root may go while auth is off", []auth.AuthChange{addRoot, &pb.AuthUserDeleteRequest{Name: "root"}}, nil},
-		{"deleting a missing user", []auth.AuthChange{&pb.AuthUserDeleteRequest{Name: "x"}}, auth.ErrAuthUserNotFound},
-		{"deleting a missing role", []auth.AuthChange{&pb.AuthRoleDeleteRequest{Role: "x"}}, auth.ErrAuthRoleNotFound},
+		{"enabling needs a root user", []auth.Change{enable}, auth.ErrAuthRootUserNotExist},
+		{"enabling needs root to have the root role", []auth.Change{addRoot, enable}, auth.ErrAuthRootRoleNotExist},
+		{"root with the root role enables", []auth.Change{addRoot, rootRole, enable}, nil},
+		{"the root role needs no adding", []auth.Change{addRoot, rootRole}, nil},
+		{"a user is added once", []auth.Change{addAlice, addAlice}, auth.ErrAuthUserAlreadyExist},
+		{"a user has a name", []auth.Change{&pb.AuthUserAddRequest{}}, auth.ErrAuthUserEmpty},
+		{"a role has a name", []auth.Change{&pb.AuthRoleAddRequest{}}, auth.ErrAuthRoleEmpty},
+		{"a role is added once", []auth.Change{addR1, addR1}, auth.ErrAuthRoleAlreadyExist},
+		{"granting a missing role", []auth.Change{addAlice, aliceToR1}, auth.ErrAuthRoleNotFound},
+		{"granting to a missing user", []auth.Change{addR1, aliceToR1}, auth.ErrAuthUserNotFound},
+		{"revoking a role not granted", []auth.Change{addAlice, &pb.AuthUserRevokeRoleRequest{Name: "alice", Role: "r1"}}, auth.ErrAuthRoleNotGranted},
+		{"a permission needs a key", []auth.Change{addR1, grant("r1", authpb.Permission_READ, "", "")}, auth.ErrAuthInvalidMgmt},
+		{"a range ends above its key", []auth.Change{addR1, grant("r1", authpb.Permission_READ, "b", "a")}, auth.ErrAuthInvalidMgmt},
+		{"from a key on is a range", []auth.Change{addR1, grant("r1", authpb.Permission_READ, "b", "\x00")}, nil},
+		{"a permission is given", []auth.Change{addR1, &pb.AuthRoleGrantPermissionRequest{Name: "r1"}}, auth.ErrAuthPermissionNotGiven},
+		{"revoking a permission not granted", []auth.Change{addR1, &pb.AuthRoleRevokePermissionRequest{Role: "r1", Key: []byte("k")}}, auth.ErrAuthPermissionNotGranted},
+		{"root stays while auth is on", []auth.Change{addRoot, rootRole, enable, &pb.AuthUserDeleteRequest{Name: "root"}}, auth.ErrAuthInvalidMgmt},
+		{"root keeps its role while auth is on", []auth.Change{addRoot, rootRole, enable, &pb.AuthUserRevokeRoleRequest{Name: "root", Role: "root"}}, auth.ErrAuthInvalidMgmt},
+		{"root may go while auth is off", []auth.Change{addRoot, &pb.AuthUserDeleteRequest{Name: "root"}}, nil},
+		{"deleting a missing user", []auth.Change{&pb.AuthUserDeleteRequest{Name: "x"}}, auth.ErrAuthUserNotFound},
+		{"deleting a missing role", []auth.Change{&pb.AuthRoleDeleteRequest{Role: "x"}}, auth.ErrAuthRoleNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := apply(t, auth.NewAuthStore(nil), tc.changes...); !errors.Is(err, tc.want) {
+			if err := apply(t, auth.NewStore(nil), tc.changes...); !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
@@ -79,12 +79,12 @@ func TestAuthChangesFollowEtcdsRules(t *testing.T) {
 }
 
 func TestTheAuthRevisionMovesAsEtcds(t *testing.T) {
-	st := auth.NewAuthStore(nil)
+	st := auth.NewStore(nil)
 	if st.Revision != 1 {
 		t.Fatalf("a new store is at revision %d, etcd's starts at 1", st.Revision)
 	}
 	for _, tc := range []struct {
-		ch      auth.AuthChange
+		ch      auth.Change
 		changed bool
 		rev     uint64
 	}{
@@ -111,7 +111,7 @@ func TestTheAuthRevisionMovesAsEtcds(t *testing.T) {
 }
 
 func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
-	st := auth.NewAuthStore(nil)
+	st := auth.NewStore(nil)
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1,
 		grant("r1", authpb.Permission_READ, "k", ""),
 		grant("r1", authpb.Permission_READWRITE, "a", "c"),
@@ -123,7 +123,7 @@ func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
 		enable); err != nil {
 		t.Fatal(err)
 	}
-	alice := auth.AuthIdentity{User: "alice", Revision: st.Revision}
+	alice := auth.Identity{User: "alice", Revision: st.Revision}
 	for _, tc := range []struct {
 		key, end string
 		write    bool
@@ -152,16 +152,16 @@ func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
 			t.Errorf("alice on [%q, %q) write=%v: got %v, want %v", tc.key, tc.end, tc.write, err, tc.want)
 		}
 	}
-	root := auth.AuthIdentity{User: "root", Revision: st.Revision}
+	root := auth.Identity{User: "root", Revision: st.Revision}
 	for _, tc := range []struct {
 		name string
-		id   auth.AuthIdentity
+		id   auth.Identity
 		want error
 	}{
 		{"root may do anything", root, nil},
-		{"no user", auth.AuthIdentity{}, auth.ErrAuthUserEmpty},
-		{"an old revision", auth.AuthIdentity{User: "root", Revision: st.Revision - 1}, auth.ErrAuthOldRevision},
-		{"an unknown user", auth.AuthIdentity{User: "eve", Revision: st.Revision}, auth.ErrAuthPermissionDenied},
+		{"no user", auth.Identity{}, auth.ErrAuthUserEmpty},
+		{"an old revision", auth.Identity{User: "root", Revision: st.Revision - 1}, auth.ErrAuthOldRevision},
+		{"an unknown user", auth.Identity{User: "eve", Revision: st.Revision}, auth.ErrAuthPermissionDenied},
 	} {
 		if err := st.Check(tc.id, []byte("\x00"), []byte("\x00"), true); !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
@@ -176,12 +176,12 @@ func TestPermissionsCoverRangesAsEtcds(t *testing.T) {
 }
 
 func TestTxnChecksEveryOpAndCompare(t *testing.T) {
-	st := auth.NewAuthStore(nil)
+	st := auth.NewStore(nil)
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1,
 		grant("r1", authpb.Permission_READWRITE, "a", "c"), grant("r1", authpb.Permission_READ, "k", ""), enable); err != nil {
 		t.Fatal(err)
 	}
-	alice := auth.AuthIdentity{User: "alice", Revision: st.Revision}
+	alice := auth.Identity{User: "alice", Revision: st.Revision}
 	put := func(k string, lease int64) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Lease: lease}}}
 	}
@@ -216,7 +216,7 @@ func TestTxnChecksEveryOpAndCompare(t *testing.T) {
 }
 
 func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
-	st := auth.NewAuthStore([]byte("secret"))
+	st := auth.NewStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -225,15 +225,15 @@ func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
 	txn := func(ops ...*pb.RequestOp) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
 	}
-	ahead := auth.AuthIdentity{User: "root", Revision: st.Revision + 1}
+	ahead := auth.Identity{User: "root", Revision: st.Revision + 1}
 	for _, tc := range []struct {
 		name string
-		id   auth.AuthIdentity
+		id   auth.Identity
 		op   *pb.RequestOp
 		want error
 	}{
-		{"a range at the store's revision", auth.AuthIdentity{User: "root", Revision: st.Revision}, rangeOp, nil},
-		{"a range with no user", auth.AuthIdentity{}, rangeOp, nil},
+		{"a range at the store's revision", auth.Identity{User: "root", Revision: st.Revision}, rangeOp, nil},
+		{"a range with no user", auth.Identity{}, rangeOp, nil},
 		{"a range from a newer revision", ahead, rangeOp, auth.ErrAuthOldRevision},
 		{"a txn of ranges from a newer revision", ahead, txn(rangeOp, rangeOp), auth.ErrAuthOldRevision},
 		{"a txn that writes, from a newer revision", ahead, txn(rangeOp, putOp), nil},
@@ -246,7 +246,7 @@ func TestAServedReadRefusesATokenOfAnotherRevision(t *testing.T) {
 }
 
 func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
-	st := auth.NewAuthStore([]byte("secret"))
+	st := auth.NewStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	if id, err := st.Resolve(tok, now); err != nil || id.User != "alice" || id.Revision != st.Revision {
 		t.Fatalf("a fresh token: %v %v", id, err)
 	}
-	invalid := func(what, tok string, st *auth.AuthStore, at int64) {
+	invalid := func(what, tok string, st *auth.Store, at int64) {
 		t.Helper()
 		if _, err := st.Resolve(tok, at); !errors.Is(err, auth.ErrAuthInvalidToken) {
 			t.Errorf("%s: got %v, want an invalid token", what, err)
@@ -265,7 +265,7 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 	invalid("tampered", tok[:len(tok)-2]+"AA", st, now)
 	invalid("garbage", "x.y.z", st, now)
 	invalid("empty", "", st, now)
-	invalid("signed with another secret", auth.NewAuthStore([]byte("other")).IssueToken("alice", later, nil), st, now)
+	invalid("signed with another secret", auth.NewStore([]byte("other")).IssueToken("alice", later, nil), st, now)
 
 	changed := st.Clone()
 	_ = apply(t, changed, &pb.AuthUserChangePasswordRequest{Name: "alice", HashedPassword: "h2"})
@@ -285,7 +285,7 @@ func TestTokensDieWithPasswordsUsersAndDisabling(t *testing.T) {
 }
 
 func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
-	st := auth.NewAuthStore([]byte("secret"))
+	st := auth.NewStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, enable); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
 	if _, _, err := changed.ResolveToken(renewed); !errors.Is(err, auth.ErrAuthInvalidToken) {
 		t.Errorf("renewing revived a token void since: %v", err)
 	}
-	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", auth.NewAuthStore([]byte("other")).IssueToken("alice", 1, nil)} {
+	for _, forged := range []string{"", "x.y", tok[:len(tok)-2] + "AA", auth.NewStore([]byte("other")).IssueToken("alice", 1, nil)} {
 		if _, ok := st.RenewToken(forged, 5000); ok {
 			t.Errorf("renewed a token not signed with the secret: %q", forged)
 		}
@@ -313,7 +313,7 @@ func TestARenewedTokenCarriesTheNewExpiryAndNothingElse(t *testing.T) {
 }
 
 func TestTheAuthStoreEncodesAndRefusesGarbage(t *testing.T) {
-	st := auth.NewAuthStore([]byte("secret"))
+	st := auth.NewStore([]byte("secret"))
 	if err := apply(t, st, addRoot, rootRole, addAlice, addR1, aliceToR1, grant("r1", authpb.Permission_READ, "a", "b"), enable); err != nil {
 		t.Fatal(err)
 	}
@@ -344,8 +344,8 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		key := rapid.StringMatching(`[abc]{1,3}`)
 		end := rapid.OneOf(rapid.Just(""), rapid.Just("\x00"), rapid.StringMatching(`[abcd]{1,3}`))
-		st := auth.NewAuthStore(nil)
-		changes := []auth.AuthChange{addAlice, addR1, aliceToR1}
+		st := auth.NewStore(nil)
+		changes := []auth.Change{addAlice, addR1, aliceToR1}
 		tree := adt.NewIntervalTree()
 		for i := range rapid.IntRange(0, 5).Draw(t, "perms") {
 			k, e := key.Draw(t, fmt.Sprint("key", i)), end.Draw(t, fmt.Sprint("end", i))
@@ -381,7 +381,7 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 		default:
 			want = tree.Contains(adt.NewBytesAffineInterval([]byte(qk), []byte(qe)))
 		}
-		err := st.Check(auth.AuthIdentity{User: "alice", Revision: st.Revision}, []byte(qk), []byte(qe), false)
+		err := st.Check(auth.Identity{User: "alice", Revision: st.Revision}, []byte(qk), []byte(qe), false)
 		if got := err == nil; got != want {
 			t.Fatalf("read [%q, %q): allowed=%v, etcd's tree says %v (%v)", qk, qe, got, want, err)
 		}

@@ -1,4 +1,4 @@
-// Package auth is etcd's auth store as a value: AuthStore. Apply changes a
+// Package auth is etcd's auth store as a value: Store. Apply changes a
 // Clone by one request of etcd's Auth service, with etcd's rules and
 // errors, and bumps etcd's auth revision; Check, CheckOp, CheckAdmin and
 // CheckLeaseKeys are etcd's permission checks (perm.go); IssueToken and

@@ -8,9 +8,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// AuthIdentity is who a request runs as: a user and the auth revision its
+// Identity is who a request runs as: a user and the auth revision its
 // token was resolved at. The zero value is no user (no token given).
-type AuthIdentity struct {
+type Identity struct {
 	User     string
 	Revision uint64
 }
@@ -37,7 +37,7 @@ func permSpan(key, end []byte) permRange {
 	return permRange{key, end}
 }
 
-func (a *AuthStore) userPerms(name string) *userPerms {
+func (a *Store) userPerms(name string) *userPerms {
 	if a.perms != nil {
 		return a.perms[name]
 	}
@@ -49,7 +49,7 @@ func (a *AuthStore) userPerms(name string) *userPerms {
 
 // index builds every user's merged permissions once, before the store is
 // shared: checks then only read it.
-func (a *AuthStore) index() {
+func (a *Store) index() {
 	perms := make(map[string]*userPerms, len(a.Users))
 	for n, u := range a.Users {
 		perms[n] = a.mergePerms(u)
@@ -57,7 +57,7 @@ func (a *AuthStore) index() {
 	a.perms = perms
 }
 
-func (a *AuthStore) mergePerms(u *AuthUser) *userPerms {
+func (a *Store) mergePerms(u *User) *userPerms {
 	up := &userPerms{root: hasRole(u.User, rootRole)}
 	for _, rn := range u.Roles {
 		r := a.Roles[rn]
@@ -119,7 +119,7 @@ func covers(spans []permRange, q permRange) bool {
 
 // Check is etcd's permission check of one key or range for a request run
 // as id: nil when auth is off or the user may.
-func (a *AuthStore) Check(id AuthIdentity, key, end []byte, write bool) error {
+func (a *Store) Check(id Identity, key, end []byte, write bool) error {
 	if a == nil || !a.Enabled {
 		return nil
 	}
@@ -157,7 +157,7 @@ func (a *AuthStore) Check(id AuthIdentity, key, end []byte, write bool) error {
 // revision than the store's, newer as well as older, is
 // ErrAuthOldRevision. Only a JWT can be newer (signed for another
 // store with the same key).
-func (a *AuthStore) CheckServed(id AuthIdentity, op *pb.RequestOp) error {
+func (a *Store) CheckServed(id Identity, op *pb.RequestOp) error {
 	if a == nil || !a.Enabled || id.Revision == 0 || id.Revision == a.Revision {
 		return nil
 	}
@@ -169,7 +169,7 @@ func (a *AuthStore) CheckServed(id AuthIdentity, op *pb.RequestOp) error {
 
 // CheckRange is the whole check of a Range request run as id: read on
 // its keys, then CheckServed.
-func (a *AuthStore) CheckRange(id AuthIdentity, r *pb.RangeRequest) error {
+func (a *Store) CheckRange(id Identity, r *pb.RangeRequest) error {
 	if err := a.Check(id, r.Key, r.RangeEnd, false); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (a *AuthStore) CheckRange(id AuthIdentity, r *pb.RangeRequest) error {
 
 // CheckWrite is the whole check of a Put, DeleteRange or Txn run as id:
 // CheckOp, then CheckServed (a txn of ranges only is served as a read).
-func (a *AuthStore) CheckWrite(id AuthIdentity, op *pb.RequestOp, leaseKeys func(int64) [][]byte) error {
+func (a *Store) CheckWrite(id Identity, op *pb.RequestOp, leaseKeys func(int64) [][]byte) error {
 	if err := a.CheckOp(id, op, leaseKeys); err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func rangesOnly(t *pb.TxnRequest) bool {
 
 // CheckAdmin is etcd's check that id may manage the cluster (the root
 // role).
-func (a *AuthStore) CheckAdmin(id AuthIdentity) error {
+func (a *Store) CheckAdmin(id Identity) error {
 	if a == nil || !a.Enabled {
 		return nil
 	}
@@ -220,7 +220,7 @@ func (a *AuthStore) CheckAdmin(id AuthIdentity) error {
 // needs read, a put or delete write (and read for prev_kv), a put with a
 // lease write on every key already attached to it (leaseKeys), a compare
 // read, each op of a txn and of its nested txns its own permission.
-func (a *AuthStore) CheckOp(id AuthIdentity, op *pb.RequestOp, leaseKeys func(int64) [][]byte) error {
+func (a *Store) CheckOp(id Identity, op *pb.RequestOp, leaseKeys func(int64) [][]byte) error {
 	if a == nil || !a.Enabled {
 		return nil
 	}
@@ -261,7 +261,7 @@ func (a *AuthStore) CheckOp(id AuthIdentity, op *pb.RequestOp, leaseKeys func(in
 	return nil
 }
 
-func (a *AuthStore) checkPut(id AuthIdentity, r *pb.PutRequest, leaseKeys func(int64) [][]byte) error {
+func (a *Store) checkPut(id Identity, r *pb.PutRequest, leaseKeys func(int64) [][]byte) error {
 	if err := a.Check(id, r.Key, nil, true); err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (a *AuthStore) checkPut(id AuthIdentity, r *pb.PutRequest, leaseKeys func(i
 // CheckLeaseKeys checks the keys attached to a lease: write to revoke it
 // or attach to it, read to list them (LeaseTimeToLive with keys); root
 // may do both without a look.
-func (a *AuthStore) CheckLeaseKeys(id AuthIdentity, keys [][]byte, write bool) error {
+func (a *Store) CheckLeaseKeys(id Identity, keys [][]byte, write bool) error {
 	if a == nil || !a.Enabled || a.CheckAdmin(id) == nil {
 		return nil
 	}

@@ -31,7 +31,7 @@ type simpleToken struct {
 
 // IssueToken returns a token for user valid until expires (wall-clock
 // Unix nanoseconds); nonce makes two tokens of one instant differ.
-func (a *AuthStore) IssueToken(user string, expires int64, nonce []byte) string {
+func (a *Store) IssueToken(user string, expires int64, nonce []byte) string {
 	u := a.Users[user]
 	if u == nil {
 		return ""
@@ -39,7 +39,7 @@ func (a *AuthStore) IssueToken(user string, expires int64, nonce []byte) string 
 	return a.sealToken(simpleToken{user: user, cred: u.CredRev, epoch: a.Epoch, expires: expires, nonce: nonce})
 }
 
-func (a *AuthStore) sealToken(t simpleToken) string {
+func (a *Store) sealToken(t simpleToken) string {
 	p := binary.AppendUvarint(nil, 1)
 	p = appendBytes(p, []byte(t.user))
 	p = binary.AppendUvarint(p, t.cred)
@@ -49,7 +49,7 @@ func (a *AuthStore) sealToken(t simpleToken) string {
 	return base64.RawURLEncoding.EncodeToString(p) + "." + base64.RawURLEncoding.EncodeToString(a.tokenMAC(p))
 }
 
-func (a *AuthStore) tokenMAC(p []byte) []byte {
+func (a *Store) tokenMAC(p []byte) []byte {
 	m := hmac.New(sha256.New, a.Secret)
 	m.Write([]byte("axon token\x00"))
 	m.Write(p)
@@ -58,7 +58,7 @@ func (a *AuthStore) tokenMAC(p []byte) []byte {
 
 // openToken decodes a token signed with the store's Secret; false for a
 // malformed or forged one.
-func (a *AuthStore) openToken(token string) (simpleToken, bool) {
+func (a *Store) openToken(token string) (simpleToken, bool) {
 	payload, mac, ok := strings.Cut(token, ".")
 	if !ok {
 		return simpleToken{}, false
@@ -87,25 +87,25 @@ func (a *AuthStore) openToken(token string) (simpleToken, bool) {
 // for at the store's current revision and the expiry it carries (Unix
 // nanoseconds), or ErrAuthInvalidToken for a token that is malformed,
 // forged or void.
-func (a *AuthStore) ResolveToken(token string) (id AuthIdentity, expires int64, err error) {
+func (a *Store) ResolveToken(token string) (id Identity, expires int64, err error) {
 	t, ok := a.openToken(token)
 	if !ok || t.epoch != a.Epoch {
-		return AuthIdentity{}, 0, ErrAuthInvalidToken
+		return Identity{}, 0, ErrAuthInvalidToken
 	}
 	u := a.Users[t.user]
 	if u == nil || u.CredRev != t.cred {
-		return AuthIdentity{}, 0, ErrAuthInvalidToken
+		return Identity{}, 0, ErrAuthInvalidToken
 	}
-	return AuthIdentity{User: t.user, Revision: a.Revision}, t.expires, nil
+	return Identity{User: t.user, Revision: a.Revision}, t.expires, nil
 }
 
 // Resolve is etcd's lookup of a token: the identity it stands for at
 // the store's current revision, or ErrAuthInvalidToken for a token that
 // is malformed, forged, expired (now, Unix nanoseconds) or void.
-func (a *AuthStore) Resolve(token string, now int64) (AuthIdentity, error) {
+func (a *Store) Resolve(token string, now int64) (Identity, error) {
 	id, exp, err := a.ResolveToken(token)
 	if err != nil || now >= exp {
-		return AuthIdentity{}, ErrAuthInvalidToken
+		return Identity{}, ErrAuthInvalidToken
 	}
 	return id, nil
 }
@@ -113,7 +113,7 @@ func (a *AuthStore) Resolve(token string, now int64) (AuthIdentity, error) {
 // RenewToken returns token with its expiry replaced, signed again; false
 // for a token not signed with the store's Secret (a forged one gains
 // nothing). It does not judge whether the token is void or expired.
-func (a *AuthStore) RenewToken(token string, expires int64) (string, bool) {
+func (a *Store) RenewToken(token string, expires int64) (string, bool) {
 	t, ok := a.openToken(token)
 	if !ok {
 		return "", false
@@ -125,7 +125,7 @@ func (a *AuthStore) RenewToken(token string, expires int64) (string, bool) {
 // Login is the part of Authenticate after the password check: the user
 // must exist and have a password. It returns the hash to compare with
 // (bcrypt runs outside this package).
-func (a *AuthStore) Login(user string) (hash []byte, err error) {
+func (a *Store) Login(user string) (hash []byte, err error) {
 	if !a.Enabled {
 		return nil, ErrAuthNotEnabled
 	}

@@ -107,7 +107,7 @@ func (w *Writer) Lease(id, ttl int64) error {
 
 // Auth files the auth store in etcd's schema: the enabled flag and the
 // auth revision in the auth bucket, users and roles in theirs.
-func (w *Writer) Auth(a *auth.AuthStore) error {
+func (w *Writer) Auth(a *auth.Store) error {
 	if w.err != nil {
 		return w.err
 	}

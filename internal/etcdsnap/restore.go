@@ -343,7 +343,7 @@ func readCompacted(tx *bbolt.Tx) (int64, error) {
 }
 
 // readAuth reads etcd's auth buckets; nil when auth was never set up.
-func readAuth(tx *bbolt.Tx) (*auth.AuthStore, error) {
+func readAuth(tx *bbolt.Tx) (*auth.Store, error) {
 	var (
 		enabled bool
 		rev     uint64
