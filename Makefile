@@ -3,12 +3,19 @@ GO        ?= go
 DATA_DIR  ?= ./axon.data
 FUZZTIME  ?= 20s
 
-.PHONY: run test bench fuzz lint build conformance sim test-kube bench-kube kube-apiserver
+.PHONY: run test bench fuzz lint build axon axon-bench conformance sim test-kube bench-kube kube-apiserver
 
-build:
+# bin/axon is the server; bin/axon-bench the benchmark against etcd,
+# which runs the axon beside it.
+build: axon axon-bench
+
+axon:
 	$(GO) build -o bin/axon ./cmd/axon
 
-run: build
+axon-bench:
+	$(GO) build -o bin/axon-bench ./cmd/axon-bench
+
+run: axon
 	./bin/axon serve --data-dir $(DATA_DIR)
 
 test:
@@ -46,7 +53,7 @@ kube-apiserver:
 
 # A swarm of simulator seeds (SEEDS=10000 for the full one).
 SEEDS ?= 1000
-sim: build
+sim: axon
 	./bin/axon sim --seeds $(SEEDS)
 
 # Microbenchmarks, then Axon against a real etcd (BENCHFLAGS=--quick for
@@ -54,7 +61,7 @@ sim: build
 BENCHFLAGS ?=
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./storage/... ./sim/...
-	./bin/axon bench $(BENCHFLAGS)
+	./bin/axon-bench $(BENCHFLAGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzKeyRoundTrip -fuzztime $(FUZZTIME) ./fuzz

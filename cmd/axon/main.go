@@ -44,7 +44,7 @@ func main() {
 
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{Use: "axon", Short: "Axon: an etcd v3 compatible metadata store", SilenceUsage: true}
-	root.AddCommand(serveCmd(), snapshotCmd(), simCmd(), benchCmd(), etcdRefCmd(), &cobra.Command{
+	root.AddCommand(serveCmd(), snapshotCmd(), simCmd(), &cobra.Command{
 		Use: "version", Short: "Print versions",
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintf(cmd.OutOrStdout(), "axon (etcd API %s)\n", server.Version)

@@ -19,15 +19,18 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/axon-kv/axon/storage/tikv"
 )
 
-// The TiKV round-trip benchmark (`axon bench --store tikv-mock`) runs one
+// The TiKV round-trip benchmark (`axon-bench --store tikv-mock`) runs one
 // `axon serve --store tikv-mock` child: Axon over client-go's in-process
 // TiKV cluster, each TiKV RPC and PD timestamp call delayed by a fixed
 // time and counted by the server (storage/tikv Trace), the counts served
-// at TiKVMetricsPath on the metrics listener. The server runs as a child
-// like every other system so that the generator's CPU and goroutines stay
-// out of its process and the figures are the server's alone.
+// at tikv.TraceMetricsPath on the metrics listener. The server runs as a
+// child like every other system so that the generator's CPU and
+// goroutines stay out of its process and the figures are the server's
+// alone.
 //
 // Per workload and client count, the counts are scraped before and after
 // the timed part and the difference divided by the requests sent (ops,
@@ -60,10 +63,6 @@ const FailedCAS = "failed-cas"
 
 // TiKVWorkloads are the TiKV benchmark's workloads, in run order.
 var TiKVWorkloads = []string{Create, Update, FailedCAS, Get}
-
-// TiKVMetricsPath is where `axon serve --store tikv-mock` serves its RPC
-// counts (cmd/axon's TiKVMockMetricsPath).
-const TiKVMetricsPath = "/metrics/tikv"
 
 // TiKVOptions configure RunTiKV.
 type TiKVOptions struct {
@@ -341,7 +340,7 @@ func scrapeTiKV(ctx context.Context, addr string) (tikvCounts, error) {
 	c := tikvCounts{rpcs: map[string]float64{}, regions: map[string]regionCount{}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+TiKVMetricsPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+tikv.TraceMetricsPath, nil)
 	if err != nil {
 		return c, err
 	}
@@ -379,13 +378,13 @@ func parseTiKVCounts(r io.Reader, c *tikvCounts) error {
 			l[m[1]] = m[2]
 		}
 		switch name {
-		case "axon_tikv_rpcs_total":
+		case tikv.MetricRPCs:
 			c.rpcs[l["type"]] = v
-		case "axon_tikv_steps_total":
+		case tikv.MetricSteps:
 			c.steps = v
-		case "axon_tikv_write_txns_total":
+		case tikv.MetricWriteTxns:
 			c.txns = v
-		case "axon_tikv_region_write_txns_total":
+		case tikv.MetricRegionWriteTxns:
 			c.regions[l["region"]] = regionCount{txns: v, space: l["space"]}
 		}
 	}

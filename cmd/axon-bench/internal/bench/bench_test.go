@@ -113,7 +113,7 @@ func TestTableHasARowPerWorkloadAndRatios(t *testing.T) {
 
 func TestQuickRunsEveryWorkload(t *testing.T) {
 	o := Quick()
-	o.Binary = "axon"
+	o.Binary, o.EtcdBinary = "axon", "axon-bench"
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +127,15 @@ func TestQuickRunsEveryWorkload(t *testing.T) {
 		t.Error("unknown system: want an error")
 	}
 	o = Quick()
-	o.Binary = "axon"
+	o.Binary, o.EtcdBinary = "axon", "axon-bench"
 	o.HotClients = []int{1, 0}
 	if err := o.validate(); err == nil {
 		t.Error("no hotkey clients: want an error")
+	}
+	o = Quick()
+	o.Binary = "axon"
+	if err := o.validate(); err == nil {
+		t.Error("etcd without the axon-bench binary that runs it: want an error")
 	}
 }
 

@@ -21,17 +21,16 @@ type etcdRefFlags struct {
 }
 
 // etcdRefCmd runs a real etcd (embedded, etcd's defaults, one member) as
-// the reference `axon bench` compares Axon with. It lives in this binary
-// so the benchmark needs nothing else installed, and in a process of its
-// own so its CPU and memory can be measured apart.
+// the reference axon-bench compares Axon with. It lives in this binary so
+// the benchmark needs nothing but axon besides, and the benchmark runs it
+// in a process of its own so its CPU and memory can be measured apart.
 func etcdRefCmd() *cobra.Command {
 	var f etcdRefFlags
 	cmd := &cobra.Command{
-		Use:    "etcd-reference",
-		Short:  "Run an embedded single-member etcd with its defaults (for axon bench)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE:   func(cmd *cobra.Command, _ []string) error { return runEtcdRef(cmd.Context(), f) },
+		Use:   "etcd-reference",
+		Short: "Run an embedded single-member etcd with its defaults (the reference axon-bench runs)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runEtcdRef(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "etcd-reference.data", "etcd's data directory")

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/pprof"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+	"github.com/axon-kv/axon/cmd/axon-bench/internal/bench"
 )
 
 type benchFlags struct {
@@ -31,11 +31,6 @@ type benchFlags struct {
 	tikv          tikvBenchFlags
 }
 
-func benchCmd() *cobra.Command {
-	cmd, _, _ := newBenchCmd()
-	return cmd
-}
-
 // newBenchCmd returns the command and what its flags fill in.
 func newBenchCmd() (*cobra.Command, *benchFlags, *bench.Options) {
 	var (
@@ -43,17 +38,19 @@ func newBenchCmd() (*cobra.Command, *benchFlags, *bench.Options) {
 		o = bench.Default()
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "axon-bench",
 		Short: "Compare Axon with a real etcd 3.7 on Kubernetes-shaped workloads, one after the other on this machine",
-		Long: `bench starts Axon (axon serve) and then a real etcd (embedded, its defaults,
-fsync on), each in its own process on 127.0.0.1 and a fresh data dir, drives
-both with the same clientv3 workloads and prints one table with the ratios
-Axon/etcd. Progress goes to stderr. --quick is a smoke run of seconds;
---scale 1m adds peak RSS and restart time with one million keys.
+		Long: `axon-bench starts Axon (axon serve, from the axon binary beside axon-bench,
+else on PATH, or --axon-binary) and then a real etcd (axon-bench
+etcd-reference: etcd embedded, its defaults, fsync on), each in its own
+process on 127.0.0.1 and a fresh data dir, drives both with the same
+clientv3 workloads and prints one table with the ratios Axon/etcd.
+Progress goes to stderr. --quick is a smoke run of seconds; --scale 1m adds
+peak RSS and restart time with one million keys.
 
---scale lists runs instead the scale scenarios of issue 25, each system in
-a memory cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is
-16 unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create;
+--scale lists runs instead the scale scenarios, each system in a memory
+cgroup of --memory-limit-mib (needs root; 0: no cgroup): lists is 16
+unpaginated LISTs of 100,000 objects of 1 KiB while 64 clients create;
 storm is 5,000 clients connecting at once, each listing and watching its
 namespace, while 64 clients create in the namespaces; churn is 30 minutes of
 create/update/delete over 100,000 objects with a compaction every 5 minutes,
@@ -61,8 +58,9 @@ then a defragmentation under the same writes; keys loads 0.1, 1, 3 and 10
 million keys of 1 KiB (etcd up to its 8 GiB quota) and measures gets,
 namespace lists, compaction, restart, memory and disk at each.
 With --quick each scenario takes well under a minute per system.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE:         func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&o.Systems, "systems", o.Systems, "systems to run, in order: axon, etcd")
@@ -122,7 +120,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
 	fl.Int64Var(&f.keysMemoryMiB, "keys-memory-limit-mib", sc.KeysMemoryLimit>>20, "keys: memory cgroup limit of the server in MiB (0: no cgroup; the goal is judged at 4096)")
 	fl.IntVar(&sc.KeysLists, "keys-lists", sc.KeysLists, "keys: namespace lists per key count (upper bound, with --max-time)")
-	fl.StringVar(&f.axonBin, "axon-binary", "", "the axon binary whose `axon serve` is measured (default: this one), for A/B runs of two builds")
+	fl.StringVar(&f.axonBin, "axon-binary", "", "the axon binary whose `axon serve` is measured (default: axon beside this binary, else on PATH), e.g. for A/B runs of two builds")
 	fl.StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	f.tikv.register(fl)
 	return cmd, &f, &o
@@ -203,13 +201,16 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	if err != nil {
 		return err
 	}
-	exe := f.axonBin
-	if exe == "" {
-		if exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("find the axon binary: %w", err)
+	// This binary runs the reference etcd (etcd-reference).
+	if o.EtcdBinary, err = os.Executable(); err != nil {
+		return fmt.Errorf("find the axon-bench binary: %w", err)
+	}
+	o.Binary = f.axonBin
+	if o.Binary == "" && (f.tikv.store != "" || slices.Contains(o.Systems, "axon")) {
+		if o.Binary, err = findAxon(o.EtcdBinary); err != nil {
+			return err
 		}
 	}
-	o.Binary = exe
 	o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -263,15 +264,14 @@ func writeJSON(cmd *cobra.Command, path string, rep any) error {
 	return nil
 }
 
-// withPprof adds net/http/pprof's handlers to mux when on (serve
-// --enable-pprof), so that bench --cpuprofile can profile the server.
-func withPprof(mux *http.ServeMux, on bool) *http.ServeMux {
-	if on {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+// findAxon returns the axon binary beside self (make build puts both in
+// bin/), else the one on PATH.
+func findAxon(self string) (string, error) {
+	if p, err := exec.LookPath(filepath.Join(filepath.Dir(self), "axon")); err == nil {
+		return p, nil
 	}
-	return mux
+	if p, err := exec.LookPath("axon"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("no axon binary beside %s nor on PATH: build it (make build) or name it with --axon-binary", self)
 }

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+	"github.com/axon-kv/axon/cmd/axon-bench/internal/bench"
 	"github.com/axon-kv/axon/internal/cgroup"
 )
 
-// runScaleQuick runs `axon bench --scale <scenario> --quick` and flags
+// runScaleQuick runs `axon-bench --scale <scenario> --quick` and flags
 // on both systems, the servers in memory cgroups if inCgroup, and returns
 // its report and table.
 func runScaleQuick(t *testing.T, scenario string, inCgroup bool, flags ...string) (*bench.ScaleReport, string) {
@@ -26,7 +26,7 @@ func runScaleQuick(t *testing.T, scenario string, inCgroup bool, flags ...string
 	case !cgroup.Available():
 		t.Skip("needs root and a cgroup memory controller")
 	}
-	bin := buildAxon(t)
+	bin := buildBench(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var rep bench.ScaleReport

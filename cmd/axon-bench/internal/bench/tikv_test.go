@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axon-kv/axon/storage/tikv"
 )
 
 func TestParseTiKVCounts(t *testing.T) {
@@ -68,8 +70,8 @@ func TestTiKVQuick(t *testing.T) {
 		if reads := r.RPCsPerOp["Get"] + r.RPCsPerOp["BatchGet"] + r.RPCsPerOp["Scan"]; reads <= 0 {
 			t.Errorf("%s: no TiKV read counted", r.Name)
 		}
-		if r.RPCsPerOp[tso] < 0.5 {
-			t.Errorf("%s: %.2f timestamps per op", r.Name, r.RPCsPerOp[tso])
+		if r.RPCsPerOp[tikv.TSO] < 0.5 {
+			t.Errorf("%s: %.2f timestamps per op", r.Name, r.RPCsPerOp[tikv.TSO])
 		}
 		if r.Clients == 1 {
 			// A leader's get reads without waiting for PD: one step,
@@ -95,5 +97,3 @@ func TestTiKVQuick(t *testing.T) {
 		}
 	}
 }
-
-const tso = "TSO"

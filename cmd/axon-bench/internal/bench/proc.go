@@ -24,14 +24,16 @@ import (
 	"github.com/axon-kv/axon/internal/cgroup"
 )
 
-// system says how to run one kind of server from the axon binary.
+// system says how to run one kind of server: from which binary, with
+// which arguments.
 type system struct {
-	name string
-	args func(s *server) []string
+	name   string
+	binary func(o *Options) string
+	args   func(s *server) []string
 }
 
 var systems = map[string]system{
-	"axon": {name: "axon", args: func(s *server) []string {
+	"axon": {name: "axon", binary: func(o *Options) string { return o.Binary }, args: func(s *server) []string {
 		a := []string{"serve", "--data-dir", s.dir,
 			"--listen-client-urls", s.clientURL(), "--listen-metrics-urls", "http://" + s.metrics}
 		a = append(a, s.tlsArgs()...)
@@ -40,7 +42,7 @@ var systems = map[string]system{
 		}
 		return append(a, s.extra...)
 	}},
-	"etcd": {name: "etcd", args: func(s *server) []string {
+	"etcd": {name: "etcd", binary: func(o *Options) string { return o.EtcdBinary }, args: func(s *server) []string {
 		a := []string{"etcd-reference", "--data-dir", s.dir,
 			"--listen-client-urls", s.clientURL(), "--listen-peer-urls", "http://" + s.peer,
 			"--log-file", s.logPath}

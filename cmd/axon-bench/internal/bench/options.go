@@ -25,8 +25,11 @@ var AllWorkloads = []string{Create, Update, Delete, Get, List, Watch, Hotkey, Me
 
 // Options configures a run. Default and Quick return complete sets.
 type Options struct {
-	// Binary is the axon executable the servers run from.
+	// Binary is the axon executable Axon runs from (`axon serve`).
 	Binary string
+	// EtcdBinary is the axon-bench executable etcd runs from
+	// (`axon-bench etcd-reference`); only etcd's runs need it.
+	EtcdBinary string
 	// Systems to run, in order: "axon", "etcd".
 	Systems []string
 	// Workloads to run (names above); order does not matter.
@@ -87,7 +90,7 @@ type Options struct {
 	Log *slog.Logger `json:"-"`
 }
 
-// Default is the full configuration of `axon bench`.
+// Default is the full configuration of axon-bench.
 func Default() Options {
 	return Options{
 		Systems:        []string{"axon", "etcd"},
@@ -171,8 +174,11 @@ func (o *Options) validate() error {
 			return fmt.Errorf("unknown workload %q (want some of %v)", w, AllWorkloads)
 		}
 	}
-	if o.Binary == "" {
+	if o.Binary == "" && slices.Contains(o.Systems, "axon") {
 		return fmt.Errorf("no axon binary given")
+	}
+	if o.EtcdBinary == "" && slices.Contains(o.Systems, "etcd") {
+		return fmt.Errorf("no axon-bench binary given for etcd-reference")
 	}
 	for _, n := range slices.Concat(o.Clients, o.HotClients) {
 		if n < 1 {

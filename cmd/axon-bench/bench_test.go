@@ -7,20 +7,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/axon-kv/axon/cmd/axon/internal/bench"
+	"github.com/axon-kv/axon/cmd/axon-bench/internal/bench"
 )
 
-// TestBenchQuickMeasuresBothSystems runs `axon bench --quick` against Axon
+// TestBenchQuickMeasuresBothSystems runs `axon-bench --quick` against Axon
 // and the embedded etcd and checks that every row has ops from both, no
 // errors (conflicts are allowed), and JSON that parses.
 func TestBenchQuickMeasuresBothSystems(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs two servers")
 	}
-	bin := buildAxon(t)
+	bin := buildBench(t)
 	out := filepath.Join(t.TempDir(), "bench.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -53,11 +54,11 @@ func TestBenchQuickMeasuresBothSystems(t *testing.T) {
 	}
 }
 
-// runBenchCLI runs `axon bench` with args, writing its JSON to out, and
-// decodes that into rep; it returns the table.
+// runBenchCLI runs the axon-bench binary bin with args, writing its JSON
+// to out, and decodes that into rep; it returns the table.
 func runBenchCLI(t *testing.T, ctx context.Context, bin, out string, rep any, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"bench", "--json", out, "--work-dir", t.TempDir()}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--json", out, "--work-dir", t.TempDir()}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	t0 := time.Now()
@@ -73,4 +74,29 @@ func runBenchCLI(t *testing.T, ctx context.Context, bin, out string, rep any, ar
 		t.Fatalf("results JSON: %v", err)
 	}
 	return stdout.String()
+}
+
+// TestFindAxon: the axon binary beside axon-bench comes first, then the
+// one on PATH; without either the error names the flag that fixes it.
+func TestFindAxon(t *testing.T) {
+	dir, path := t.TempDir(), t.TempDir()
+	self := filepath.Join(dir, "axon-bench")
+	t.Setenv("PATH", path)
+	executable := func(p string) string {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if got, err := findAxon(self); err == nil || !strings.Contains(err.Error(), "--axon-binary") {
+		t.Errorf("no axon anywhere: got %q, %v; want an error naming --axon-binary", got, err)
+	}
+	onPath := executable(filepath.Join(path, "axon"))
+	if got, err := findAxon(self); err != nil || got != onPath {
+		t.Errorf("axon on PATH only: got %q, %v; want %s", got, err, onPath)
+	}
+	beside := executable(filepath.Join(dir, "axon"))
+	if got, err := findAxon(self); err != nil || got != beside {
+		t.Errorf("axon beside and on PATH: got %q, %v; want %s", got, err, beside)
+	}
 }

@@ -1,11 +1,11 @@
 // Package bench drives Axon and a reference etcd with the same
 // Kubernetes-shaped clientv3 workloads and compares them: it is the engine
-// of `axon bench`.
+// of axon-bench.
 //
 // # Systems
 //
 // Each system is a child process of the benchmark: Axon is `axon serve`,
-// etcd is `axon etcd-reference` (go.etcd.io/etcd/server/v3/embed with
+// etcd is `axon-bench etcd-reference` (go.etcd.io/etcd/server/v3/embed with
 // etcd's defaults, fsync on, one member). Both listen on 127.0.0.1 on ports
 // the OS hands out and keep their data in a fresh directory. Systems run one
 // after the other, never at once: on a small machine they would take CPU

@@ -110,7 +110,7 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 func (r *runner) newServer(name string) (*server, error) {
-	s, err := newServer(r.o.Binary, r.sys, filepath.Join(r.dir, name), r.sys.name == "axon" && r.o.CPUProfileDir != "", r.tls)
+	s, err := newServer(r.sys.binary(&r.o), r.sys, filepath.Join(r.dir, name), r.sys.name == "axon" && r.o.CPUProfileDir != "", r.tls)
 	if err == nil && r.sys.name == "axon" {
 		s.extra = r.o.AxonFlags
 	}
