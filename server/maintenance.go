@@ -234,7 +234,9 @@ func (m maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderReque
 }
 
 // Register adds Axon's etcd services, the peer service other instances
-// call, and gRPC health to g.
+// call, and gRPC health to g, and creates their gRPC series, so that
+// every method and code reads 0 before its first call rather than being
+// absent (as etcd does).
 func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterKVServer(g, kvServer{s: s})
 	pb.RegisterWatchServer(g, watchServer{s: s})
@@ -245,6 +247,7 @@ func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&peerServiceDesc, s)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
+	s.metrics.grpc.InitializeMetrics(g)
 }
 
 // Downgrade is etcd's cluster downgrade, which Axon has no use for (each

@@ -1,19 +1,17 @@
 package server
 
 import (
-	"context"
 	"math"
 	"net/http"
 	"strings"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -27,13 +25,12 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 
-	// gRPC, named and labelled like etcd's (go-grpc-prometheus). The
-	// latency histogram is etcd's too: only with --metrics extensive.
-	grpcStarted  *prometheus.CounterVec
-	grpcHandled  *prometheus.CounterVec
-	grpcHandling *prometheus.HistogramVec
-	grpcMsgRecv  *prometheus.CounterVec
-	grpcMsgSent  *prometheus.CounterVec
+	// grpc is etcd's gRPC families, from the library etcd takes them
+	// from, wired as etcd wires it (v3rpc.Server): interceptors on both
+	// listeners, the latency histogram only with --metrics extensive, and
+	// every method's series created where the services are registered
+	// (Register).
+	grpc *grpcprom.ServerMetrics
 
 	roleChanges    prometheus.Counter
 	commitDuration prometheus.Histogram
@@ -42,19 +39,6 @@ type metrics struct {
 
 	etcd *etcdMetrics
 	axon *axonMetrics
-
-	// methods holds the gRPC series of every method initGRPC knows, by
-	// full method name, so a call finds its counters with one map read
-	// instead of hashing its labels into each vector (WithLabelValues)
-	// four times. Written only by initGRPC, before serving.
-	methods map[string]*methodMetrics
-}
-
-// methodMetrics are one method's gRPC series.
-type methodMetrics struct {
-	started, recv, sent prometheus.Counter
-	handled             [codes.Unauthenticated + 1]prometheus.Counter
-	handling            prometheus.Observer // nil unless extensive
 }
 
 // Metrics levels, etcd's --metrics: extensive adds the gRPC latency
@@ -65,30 +49,13 @@ const (
 )
 
 func newMetrics(s *Server) *metrics {
-	grpcLabels := []string{"grpc_type", "grpc_service", "grpc_method"}
+	var grpcOpts []grpcprom.ServerMetricsOption
+	if s.cfg.Metrics == MetricsExtensive {
+		grpcOpts = append(grpcOpts, grpcprom.WithServerHandlingTimeHistogram())
+	}
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		grpcStarted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_started_total",
-			Help: "Total number of RPCs started on the server.",
-		}, grpcLabels),
-		grpcHandled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_handled_total",
-			Help: "Total number of RPCs completed on the server, regardless of success or failure.",
-		}, append(grpcLabels, "grpc_code")),
-		grpcHandling: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "grpc_server_handling_seconds",
-			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
-			Buckets: prometheus.DefBuckets,
-		}, grpcLabels),
-		grpcMsgRecv: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_msg_received_total",
-			Help: "Total number of RPC stream messages received on the server.",
-		}, grpcLabels),
-		grpcMsgSent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_msg_sent_total",
-			Help: "Total number of gRPC stream messages sent by the server.",
-		}, grpcLabels),
+		reg:  prometheus.NewRegistry(),
+		grpc: grpcprom.NewServerMetrics(grpcOpts...),
 		roleChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "etcd_server_leader_changes_seen_total",
 			Help: "The number of leader changes seen.",
@@ -106,21 +73,14 @@ func newMetrics(s *Server) *metrics {
 	m.outcomes[core.Committed] = outcomes.WithLabelValues("committed")
 	m.outcomes[core.NotApplied] = outcomes.WithLabelValues("not_applied")
 	m.outcomes[core.Uncertain] = outcomes.WithLabelValues("uncertain")
-	if s.cfg.Metrics != MetricsExtensive {
-		m.grpcHandling = nil
-	} else {
-		m.reg.MustRegister(m.grpcHandling)
-	}
 	m.axon = newAxonMetrics(s, m.reg)
 	m.etcd = newEtcdMetrics(s, m.reg, m.axon)
 	m.reg.MustRegister(
-		m.grpcStarted, m.grpcHandled, m.grpcMsgRecv, m.grpcMsgSent,
-		m.roleChanges, m.commitDuration, outcomes,
+		m.grpc, m.roleChanges, m.commitDuration, outcomes,
 		nodeCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.initGRPC()
 	return m
 }
 
@@ -227,8 +187,8 @@ func (s *Server) serverOptions(l listener) []grpc.ServerOption {
 		grpc.Creds(terminatedTLS{count: s.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ChainUnaryInterceptor(gateUnary, s.metrics.unary, s.admission.unary),
-		grpc.ChainStreamInterceptor(gateStream, s.metrics.stream),
+		grpc.ChainUnaryInterceptor(gateUnary, s.metrics.grpc.UnaryServerInterceptor(), s.metrics.etcd.unary, s.admission.unary),
+		grpc.ChainStreamInterceptor(gateStream, s.metrics.grpc.StreamServerInterceptor()),
 		grpc.ForceServerCodecV2(newCountingCodec(s.metrics.etcd)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka.Interval, Timeout: ka.Timeout}),
@@ -241,53 +201,6 @@ func (s *Server) serverOptions(l listener) []grpc.ServerOption {
 	return opts
 }
 
-// initGRPC creates the series of every method of the services Register
-// adds, so that they read 0 before the first call rather than being absent.
-// It runs once grpcHandling is settled.
-func (m *metrics) initGRPC() {
-	m.methods = map[string]*methodMetrics{}
-	for _, sd := range []*grpc.ServiceDesc{&pb.KV_ServiceDesc, &pb.Watch_ServiceDesc, &pb.Lease_ServiceDesc, &pb.Auth_ServiceDesc,
-		&pb.Maintenance_ServiceDesc, &pb.Cluster_ServiceDesc, &healthpb.Health_ServiceDesc} {
-		for _, md := range sd.Methods {
-			m.initMethod("unary", sd.ServiceName, md.MethodName)
-		}
-		for _, st := range sd.Streams {
-			m.initMethod(rpcType(st.ClientStreams, st.ServerStreams), sd.ServiceName, st.StreamName)
-		}
-	}
-}
-
-func (m *metrics) initMethod(typ, svc, method string) {
-	mm := &methodMetrics{
-		started: m.grpcStarted.WithLabelValues(typ, svc, method),
-		recv:    m.grpcMsgRecv.WithLabelValues(typ, svc, method),
-		sent:    m.grpcMsgSent.WithLabelValues(typ, svc, method),
-	}
-	// Every code, as etcd's go-grpc-prometheus does: a rate over an
-	// error code then reads 0, not nothing.
-	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		mm.handled[c] = m.grpcHandled.WithLabelValues(typ, svc, method, c.String())
-	}
-	if m.grpcHandling != nil {
-		mm.handling = m.grpcHandling.WithLabelValues(typ, svc, method)
-	}
-	if typ == "unary" {
-		m.methods["/"+svc+"/"+method] = mm
-	}
-}
-
-func rpcType(clientStream, serverStream bool) string {
-	switch {
-	case clientStream && serverStream:
-		return "bidi_stream"
-	case clientStream:
-		return "client_stream"
-	case serverStream:
-		return "server_stream"
-	}
-	return "unary"
-}
-
 // splitMethod splits "/pkg.Service/Method".
 func splitMethod(full string) (string, string) {
 	full = strings.TrimPrefix(full, "/")
@@ -297,103 +210,12 @@ func splitMethod(full string) (string, string) {
 	return "unknown", full
 }
 
-func (m *metrics) done(typ, svc, method string, start time.Time, err error) {
-	m.grpcHandled.WithLabelValues(typ, svc, method, codeOf(err).String()).Inc()
-	if m.grpcHandling != nil {
-		m.grpcHandling.WithLabelValues(typ, svc, method).Observe(time.Since(start).Seconds())
-	}
-}
-
 // codeOf is the code a client sees for a handler's error.
 func codeOf(err error) codes.Code {
 	if st, ok := status.FromError(err); ok {
 		return st.Code()
 	}
 	return status.FromContextError(err).Code()
-}
-
-func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if mm := m.methods[info.FullMethod]; mm != nil {
-		return m.unaryKnown(mm, ctx, req, info, handler)
-	}
-	svc, method := splitMethod(info.FullMethod)
-	start := time.Now()
-	m.grpcStarted.WithLabelValues("unary", svc, method).Inc()
-	m.grpcMsgRecv.WithLabelValues("unary", svc, method).Inc()
-	resp, err := handler(ctx, req)
-	if err == nil {
-		m.grpcMsgSent.WithLabelValues("unary", svc, method).Inc()
-		m.etcd.countKV(ctx, req, resp)
-	} else {
-		m.etcd.countFailedProposal(ctx, method, codeOf(err))
-	}
-	m.done("unary", svc, method, start, err)
-	return resp, err
-}
-
-// unaryKnown is unary for a method initGRPC made the series of.
-func (m *metrics) unaryKnown(mm *methodMetrics, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	var start time.Time
-	if mm.handling != nil {
-		start = time.Now()
-	}
-	mm.started.Inc()
-	mm.recv.Inc()
-	resp, err := handler(ctx, req)
-	code := codeOf(err)
-	if err == nil {
-		mm.sent.Inc()
-		m.etcd.countKV(ctx, req, resp)
-	} else {
-		_, method := splitMethod(info.FullMethod)
-		m.etcd.countFailedProposal(ctx, method, code)
-	}
-	if int(code) < len(mm.handled) {
-		mm.handled[code].Inc()
-	} else {
-		svc, method := splitMethod(info.FullMethod)
-		m.grpcHandled.WithLabelValues("unary", svc, method, code.String()).Inc()
-	}
-	if mm.handling != nil {
-		mm.handling.Observe(time.Since(start).Seconds())
-	}
-	return resp, err
-}
-
-func (m *metrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	svc, method := splitMethod(info.FullMethod)
-	typ := rpcType(info.IsClientStream, info.IsServerStream)
-	start := time.Now()
-	m.grpcStarted.WithLabelValues(typ, svc, method).Inc()
-	err := handler(srv, &countingStream{
-		ServerStream: ss,
-		recv:         m.grpcMsgRecv.WithLabelValues(typ, svc, method),
-		sent:         m.grpcMsgSent.WithLabelValues(typ, svc, method),
-	})
-	m.done(typ, svc, method, start, err)
-	return err
-}
-
-// countingStream counts a stream's messages.
-type countingStream struct {
-	grpc.ServerStream
-	recv, sent prometheus.Counter
-}
-
-func (c *countingStream) SendMsg(msg any) error {
-	err := c.ServerStream.SendMsg(msg)
-	if err == nil {
-		c.sent.Inc()
-	}
-	return err
-}
-
-func (c *countingStream) RecvMsg(msg any) error {
-	err := c.ServerStream.RecvMsg(msg)
-	if err == nil {
-		c.recv.Inc()
-	}
-	return err
 }
 
 func gauge(b bool) float64 {

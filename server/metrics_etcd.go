@@ -3,15 +3,15 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
+	etcdruntime "go.etcd.io/etcd/pkg/v3/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/axon-kv/axon/core"
@@ -239,8 +239,12 @@ func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 	if keys, ok := c.keys.get(func() (int64, bool) { return s.countKeys() }); ok {
 		gauge(descKeys, float64(keys))
 	}
-	if used, limit, ok := fdUsage(); ok {
+	// etcd's own readers, which etcd reads every 10 minutes; a scrape
+	// reads them here, and an error (not Linux) leaves the two out.
+	if used, err := etcdruntime.FDUsage(); err == nil {
 		gauge(descFDUsed, float64(used))
+	}
+	if limit, err := etcdruntime.FDLimit(); err == nil {
 		gauge(descFDLimit, float64(limit))
 	}
 }
@@ -304,19 +308,6 @@ func (c *scanCache) get(scan func() (int64, bool)) (int64, bool) {
 	return c.v, c.ok
 }
 
-// fdUsage counts this process's open file descriptors and their limit.
-func fdUsage() (used, limit uint64, ok bool) {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0, 0, false
-	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return 0, 0, false
-	}
-	return uint64(len(fds)), rl.Cur, true
-}
-
 var (
 	descDBSize = prometheus.NewDesc("etcd_mvcc_db_total_size_in_bytes",
 		"Total size of the underlying database physically allocated in bytes.", nil, nil)
@@ -377,6 +368,19 @@ func (s *Server) ObserveHealth(healthy bool) {
 	} else {
 		s.metrics.etcd.healthFailures.Inc()
 	}
+}
+
+// unary counts each call as countKV and countFailedProposal do, after
+// the gRPC families' interceptor has counted it.
+func (e *etcdMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err == nil {
+		e.countKV(ctx, req, resp)
+	} else {
+		_, method := splitMethod(info.FullMethod)
+		e.countFailedProposal(ctx, method, codeOf(err))
+	}
+	return resp, err
 }
 
 // countKV counts a client's KV call as etcd's mvcc counters do (and its

@@ -6,9 +6,6 @@
 package memlimit
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // Source says where a budget came from.
@@ -63,8 +62,10 @@ func derived(root string) (int64, Source) {
 	if lim, ok := CgroupLimit(root); ok {
 		return int64(float64(lim) * CgroupShare), FromCgroup
 	}
-	if total, ok := memTotal(root); ok {
-		return int64(float64(total) * MachineShare), FromMachine
+	if fs, err := procfs.NewFS(filepath.Join(root, "proc")); err == nil {
+		if total, ok := memTotal(fs); ok {
+			return int64(float64(total) * MachineShare), FromMachine
+		}
 	}
 	return 0, None
 }
@@ -74,12 +75,20 @@ func derived(root string) (int64, Source) {
 // root ("/" but for tests); false when there is none (unlimited, no
 // cgroup filesystem, or a limit no smaller than the machine's memory).
 func CgroupLimit(root string) (int64, bool) {
-	self, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	fs, err := procfs.NewFS(filepath.Join(root, "proc"))
+	if err != nil {
+		return 0, false
+	}
+	self, err := fs.Self()
+	if err != nil {
+		return 0, false
+	}
+	groups, err := self.Cgroups()
 	if err != nil {
 		return 0, false
 	}
 	best, found := int64(math.MaxInt64), false
-	for _, c := range parseMembership(self) {
+	for _, c := range memberships(groups) {
 		// A group is held to its ancestors' limits too; inside a cgroup
 		// namespace the path is "/" and the mount is the group itself.
 		for dir := c.path; ; dir = filepath.Dir(dir) {
@@ -95,7 +104,7 @@ func CgroupLimit(root string) (int64, bool) {
 	if !found {
 		return 0, false
 	}
-	if total, ok := memTotal(root); ok && best >= total {
+	if total, ok := memTotal(fs); ok && best >= total {
 		return 0, false
 	}
 	return best, true
@@ -107,33 +116,30 @@ type membership struct {
 	mount, path, file string
 }
 
-// parseMembership reads /proc/self/cgroup: cgroup v1's memory controller
-// ("4:memory:/a/b") first, then v2's unified hierarchy ("0::/a/b").
-func parseMembership(b []byte) []membership {
+// memberships are the groups of /proc/self/cgroup whose memory limit
+// counts: cgroup v1's memory controller ("4:memory:/a/b") first, then
+// v2's unified hierarchy ("0::/a/b").
+func memberships(groups []procfs.Cgroup) []membership {
 	var v1, v2 []membership
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		id, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		ctrls, path, ok := strings.Cut(rest, ":")
-		if !ok || !strings.HasPrefix(path, "/") {
+	for _, g := range groups {
+		if !strings.HasPrefix(g.Path, "/") {
 			continue
 		}
 		switch {
-		case id == "0" && ctrls == "":
-			v2 = append(v2, membership{mount: "", path: path, file: "memory.max"},
-				membership{mount: "unified", path: path, file: "memory.max"})
-		case slices.Contains(strings.Split(ctrls, ","), "memory"):
-			v1 = append(v1, membership{mount: "memory", path: path, file: "memory.limit_in_bytes"})
+		case g.HierarchyID == 0 && len(g.Controllers) == 0:
+			v2 = append(v2, membership{mount: "", path: g.Path, file: "memory.max"},
+				membership{mount: "unified", path: g.Path, file: "memory.max"})
+		case slices.Contains(g.Controllers, "memory"):
+			v1 = append(v1, membership{mount: "memory", path: g.Path, file: "memory.limit_in_bytes"})
 		}
 	}
 	return append(v1, v2...)
 }
 
 // parseLimit reads a cgroup memory limit: a byte count, or "max" (v2) or
-// a near-MaxInt64 page-rounded value (v1) for none.
+// a near-MaxInt64 page-rounded value (v1) for none. Hand-written: procfs
+// reads /proc, not the cgroup filesystem, and its sysfs package has no
+// memory controller files.
 func parseLimit(b []byte) (int64, bool) {
 	s := strings.TrimSpace(string(b))
 	n, err := strconv.ParseInt(s, 10, 64)
@@ -144,16 +150,10 @@ func parseLimit(b []byte) (int64, bool) {
 }
 
 // memTotal reads the machine's memory from /proc/meminfo.
-func memTotal(root string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(root, "proc/meminfo"))
-	if err != nil {
+func memTotal(fs procfs.FS) (int64, bool) {
+	mi, err := fs.Meminfo()
+	if err != nil || mi.MemTotalBytes == nil {
 		return 0, false
 	}
-	for line := range strings.Lines(string(b)) {
-		var kb int64
-		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
-			return kb << 10, true
-		}
-	}
-	return 0, false
+	return int64(*mi.MemTotalBytes), true
 }

@@ -67,7 +67,7 @@ func TestCgroupLimit(t *testing.T) {
 		{"no cgroup filesystem", map[string]string{
 			"proc/self/cgroup": "0::/a\n",
 		}, 0, false},
-		{"garbage", map[string]string{
+		{"garbage (procfs refuses the whole file)", map[string]string{
 			"proc/self/cgroup":           "0::/a\nnonsense\n::\n",
 			"sys/fs/cgroup/a/memory.max": "lots\n",
 		}, 0, false},
@@ -165,11 +165,21 @@ func TestDerivedBudget(t *testing.T) {
 }
 
 // fakeRoot writes files (path relative to the root: body) under a new
-// directory standing for /, and returns it.
+// directory standing for /, and returns it. proc/self is a link to
+// process 1's directory, as in /proc.
 func fakeRoot(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
 	for name, body := range files {
+		if rest, ok := strings.CutPrefix(name, "proc/self/"); ok {
+			name = "proc/1/" + rest
+			if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("1", filepath.Join(root, "proc/self")); err != nil && !os.IsExist(err) {
+				t.Fatal(err)
+			}
+		}
 		p := filepath.Join(root, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)

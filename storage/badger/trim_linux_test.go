@@ -18,14 +18,14 @@ import (
 
 // tablesResident is the bytes of badger's table mappings in dir that
 // are resident, from /proc/self/smaps.
-func tablesResident(t *testing.T, dir string) int64 {
+func tablesResident(t testing.TB, dir string) int64 {
 	t.Helper()
 	return resident(t, dir, ".sst")
 }
 
 // resident is the bytes of the mappings of dir's files named *ext that
 // are resident, from /proc/self/smaps.
-func resident(t *testing.T, dir, ext string) int64 {
+func resident(t testing.TB, dir, ext string) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
@@ -55,7 +55,7 @@ const tableKeys = 4096
 // scannedTables returns an engine (closed when the test ends) whose data
 // is in tables, not memtables, and whose tables' pages a scan of every
 // key has just brought in; the engine runs no trimmer of its own.
-func scannedTables(t *testing.T) (*Engine, string) {
+func scannedTables(t testing.TB) (*Engine, string) {
 	t.Helper()
 	dir := t.TempDir()
 	e := openWith(t, dir, valuesInTheTables())
@@ -107,6 +107,44 @@ func TestTablesArePagedOutOverTheBudget(t *testing.T) {
 	}
 	if got := len(scanAll(t, e, storage.IterOptions{})); got != tableKeys {
 		t.Fatalf("after paging out: scanned %d keys, want %d", got, tableKeys)
+	}
+}
+
+// BenchmarkTrim reads back every key of scannedTables' 4 MiB of tables
+// once their pages are in, as badger leaves them ("badger": the kernel
+// takes the pages out of the resident set only when memory runs short)
+// and after the trimmer pages their blocks out ("trimmed"). An operation
+// is a trim and the reads that follow, whose pages come back from the
+// page cache; resident-KiB is what the tables keep resident before the
+// reads.
+func BenchmarkTrim(b *testing.B) {
+	for _, trimmed := range []bool{false, true} {
+		name := "badger"
+		if trimmed {
+			name = "trimmed"
+		}
+		b.Run(name, func(b *testing.B) {
+			e, dir := scannedTables(b)
+			tr := newTableTrimmer(e.db, dir, 1, &e.defragging)
+			var resident, n int64
+			for b.Loop() {
+				if trimmed {
+					if _, err := tr.trim(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				resident += tablesResident(b, dir)
+				n++
+				b.StartTimer()
+				for i := range tableKeys {
+					if _, err := read(e, fmt.Appendf(nil, "key-%06d", i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(resident)/float64(n)/1024, "resident-KiB")
+		})
 	}
 }
 
