@@ -278,7 +278,7 @@ func TestBenchOptionsFromFlags(t *testing.T) {
 		{"the churn's watcher", []string{"--quick", "--scale", "churn", "--churn-watch"}, func(o bench.Options) bool {
 			return o.Scale.ChurnWatch && o.Scale.ChurnTime == q.ChurnTime
 		}},
-		{"full mode is issue 25's", []string{"--scale", "lists"}, func(o bench.Options) bool {
+		{"full mode", []string{"--scale", "lists"}, func(o bench.Options) bool {
 			return o.Scale.MemoryLimit == 1<<30 && o.Scale.ListObjects == 100000 && o.Scale.Listers == 16 && o.Scale.Writers == 64
 		}},
 	} {

@@ -79,7 +79,7 @@ type Options struct {
 	// made for the run) and has the clients dial them so.
 	TLS bool
 
-	// Scale configures the scale scenarios (issue 25), which run instead
+	// Scale configures the scale scenarios, which run instead
 	// of the workloads when it names any.
 	Scale ScaleOptions
 

@@ -12,7 +12,7 @@ import (
 	"github.com/axon-kv/axon/internal/cgroup"
 )
 
-// Scale scenarios (issue 25): where etcd is known to break.
+// Scale scenarios: where etcd is known to break.
 const (
 	ScaleLists = "lists" // unpaginated LISTs of a large prefix under writes, in a memory cgroup
 	ScaleStorm = "storm" // thousands of clients reconnect at once: list, then watch
@@ -80,7 +80,7 @@ type ScaleOptions struct {
 	KeysMemoryLimit int64
 }
 
-// DefaultScale is the full configuration, as issue 25 states it.
+// DefaultScale is the full configuration (the figures in BENCHMARKS.md).
 func DefaultScale() ScaleOptions {
 	return ScaleOptions{
 		MemoryLimit:    1 << 30,
