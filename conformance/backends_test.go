@@ -20,12 +20,10 @@ import (
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
+	axonembed "github.com/axon-kv/axon/embed"
 	"github.com/axon-kv/axon/internal/testpki"
-	"github.com/axon-kv/axon/server"
-	badgerkv "github.com/axon-kv/axon/storage/badger"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -40,17 +38,23 @@ type backendOptions struct {
 	authToken string
 }
 
-// axonAuth is the auth configuration an Axon backend runs with.
-func axonAuth(t testing.TB, opts backendOptions) server.AuthConfig {
-	t.Helper()
-	if opts.authToken == "" {
-		return server.AuthConfig{}
+// axonConfig is `axon serve`'s configuration for a test's instance: a
+// port of the system's choice, no metrics listener, no memory budget,
+// no log, and opts.
+func axonConfig(name string, opts backendOptions) *axonembed.Config {
+	cfg := axonembed.NewConfig()
+	cfg.Name = name
+	cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
+	cfg.ListenMetricsURLs = nil
+	cfg.MemoryBudget = -1
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if opts.progressNotifyInterval > 0 {
+		cfg.ProgressNotifyInterval = opts.progressNotifyInterval
 	}
-	tok, err := server.ParseAuthToken(opts.authToken)
-	if err != nil {
-		t.Fatal(err)
+	if opts.authToken != "" {
+		cfg.AuthToken = opts.authToken
 	}
-	return server.AuthConfig{Token: tok}
+	return cfg
 }
 
 // backend starts one fresh server for a test and returns a client for it.
@@ -120,47 +124,26 @@ type tlsPair struct{ server, client transport.TLSInfo }
 
 func startAxonTLS(t testing.TB, opts backendOptions, tp *tlsPair) *kubernetes.Client {
 	t.Helper()
-	eng, err := badgerkv.Open(t.TempDir(), badgerkv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{
-		MemberID: 1, ClusterID: 2, Name: "conformance", Core: core.Config{}, Exclusive: true,
-		Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval, Auth: axonAuth(t, opts),
-	}, eng)
-	if err != nil {
-		eng.Close()
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		srv.Close()
-		eng.Close()
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(srv.ServerOptions()...)
-	srv.Register(g)
-	scheme := "http"
+	cfg := axonConfig("conformance", opts)
+	cfg.DataDir = t.TempDir()
 	var cliTLS *tls.Config
 	if tp != nil {
-		scheme = "https"
-		scfg, err := tp.server.ServerConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg.ListenClientURLs = []string{"https://127.0.0.1:0"}
+		cfg.ClientTLS = axonembed.TLSInfo{CertFile: tp.server.CertFile, KeyFile: tp.server.KeyFile,
+			TrustedCAFile: tp.server.TrustedCAFile, ClientCertAuth: tp.server.ClientCertAuth}
+		var err error
 		if cliTLS, err = tp.client.ClientConfig(); err != nil {
 			t.Fatal(err)
 		}
-		lis = tls.NewListener(lis, scfg)
 	}
-	go func() { _ = g.Serve(lis) }()
-	srv.SetClientURLs([]string{scheme + "://" + lis.Addr().String()})
-	c := newTLSClient(t, lis.Addr().String(), cliTLS)
+	a, err := axonembed.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTLSClient(t, a.ClientAddrs()[0], cliTLS)
 	t.Cleanup(func() {
 		c.Close()
-		g.Stop()
-		srv.Close()
-		eng.Close()
+		a.HardStop()
 	})
 	return c
 }
@@ -176,43 +159,28 @@ func startAxonFollower(t testing.TB, opts backendOptions) *kubernetes.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { base.Close() })
-	type instance struct {
-		srv  *server.Server
-		addr string
-	}
-	var ins []instance
+	var ins []*axonembed.Axon
 	for i := range 3 {
 		eng, err := base.Share()
 		if err != nil {
 			t.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		cfg := axonConfig("conformance-"+strconv.Itoa(i), opts)
+		cfg.Engine = eng // shared by the three: not exclusive
+		// Quick failover; one process has one clock.
+		cfg.LeaderLease, cfg.TickInterval, cfg.MaxClockDrift = 2*time.Second, 20*time.Millisecond, 0
+		a, err := axonembed.Start(t.Context(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := server.New(server.Config{
-			ClusterID: 2, Name: "conformance-" + strconv.Itoa(i), ClientURLs: []string{"http://" + lis.Addr().String()},
-			Lease: 2 * time.Second, TickInterval: 20 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler), ProgressNotifyInterval: opts.progressNotifyInterval, Auth: axonAuth(t, opts),
-		}, eng)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := grpc.NewServer(srv.ServerOptions()...)
-		srv.Register(g)
-		go func() { _ = g.Serve(lis) }()
-		t.Cleanup(func() {
-			g.Stop()
-			srv.Close()
-			eng.Close()
-		})
-		ins = append(ins, instance{srv, lis.Addr().String()})
+		t.Cleanup(func() { a.HardStop() })
+		ins = append(ins, a)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		for i, in := range ins {
-			if in.srv.Leading() {
-				c := newClient(t, ins[(i+1)%len(ins)].addr)
+		for i, a := range ins {
+			if a.Server().Leading() {
+				c := newClient(t, ins[(i+1)%len(ins)].ClientAddrs()[0])
 				t.Cleanup(func() { c.Close() })
 				return c
 			}

@@ -21,8 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	badgerkv "github.com/axon-kv/axon/storage/badger"
 )
 
 var diskPods = flag.Int("apiserver-disk", 0, "run TestAPIServerDisk with this many Pods (each with its status updates, events, and a tenth as many ConfigMaps and Secrets)")
@@ -45,13 +43,7 @@ func TestAPIServerDisk(t *testing.T) {
 	}
 	cred := newCredentials(t)
 	axon := func(compression string) func(*testing.T) store {
-		return func(t *testing.T) store {
-			c, err := badgerkv.ParseCompression(compression)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return startAxonBadgerWith(t, badgerkv.Options{Compression: c})
-		}
+		return func(t *testing.T) store { return startAxonBadgerWith(t, compression) }
 	}
 	systems := []setup{
 		{"axon-none", "Axon over Badger, tables uncompressed", axon("none")},

@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,8 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/axon-kv/axon/core"
-	"github.com/axon-kv/axon/server"
-	badgerkv "github.com/axon-kv/axon/storage/badger"
+	axonembed "github.com/axon-kv/axon/embed"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -81,42 +83,37 @@ func (a axonBadger) trace() *requestTrace { return a.tr }
 // as `axon serve` does.
 func startAxonBadger(t *testing.T) store {
 	t.Helper()
-	return startAxonBadgerWith(t, badgerkv.Options{})
+	return startAxonBadgerWith(t, "")
 }
 
-// startAxonBadgerWith is startAxonBadger with the engine's options.
-func startAxonBadgerWith(t *testing.T, opts badgerkv.Options) store {
+// startAxonBadgerWith is startAxonBadger with Badger's table compression
+// (serve's --badger-compression).
+func startAxonBadgerWith(t *testing.T, compression string) store {
 	t.Helper()
-	dir := t.TempDir()
-	eng, err := badgerkv.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		eng.Close()
-		t.Fatal(err)
-	}
-	u := "http://" + lis.Addr().String()
-	srv, err := server.New(server.Config{
-		ClusterID: 0xa1b2c3d4, Name: "axon-0", ClientURLs: []string{u}, Exclusive: true,
-		Logger: axonLogger(t, "axon-0"), Quota: server.Quota{Dir: dir}, // as axon serve's
-	}, eng)
-	if err != nil {
-		lis.Close()
-		eng.Close()
-		t.Fatal(err)
-	}
+	cfg := axonConfig("axon-0", axonLogger(t, "axon-0"))
+	cfg.DataDir = t.TempDir()
+	cfg.BadgerCompression = compression
 	tr := newRequestTrace()
-	g := grpc.NewServer(append(srv.ServerOptions(), tr.option())...)
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(func() {
-		g.Stop()
-		srv.Close()
-		eng.Close()
-	})
-	return axonBadger{url: u, tr: tr}
+	cfg.GRPCServerOptions = []grpc.ServerOption{tr.option()}
+	a, err := axonembed.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.HardStop() })
+	return axonBadger{url: "http://" + a.ClientAddrs()[0], tr: tr}
+}
+
+// axonConfig is serve's configuration for an instance on a port of the
+// system's choice, without a metrics listener or a memory budget (the
+// apiserver and the stores share the machine).
+func axonConfig(name string, log *slog.Logger) *axonembed.Config {
+	cfg := axonembed.NewConfig()
+	cfg.Name = name
+	cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
+	cfg.ListenMetricsURLs = nil
+	cfg.MemoryBudget = -1
+	cfg.Logger = log
+	return cfg
 }
 
 // axonLogger writes an instance's warnings and errors to a file next to
@@ -159,11 +156,8 @@ type axonInstance struct {
 	addr string
 	log  *slog.Logger
 
-	mu  sync.Mutex
-	up  bool
-	srv *server.Server
-	g   *grpc.Server
-	eng *tikv.Engine
+	mu sync.Mutex
+	a  *axonembed.Axon // nil while down
 }
 
 func startAxonTiKV(t *testing.T) store {
@@ -185,14 +179,12 @@ func startAxonTiKV(t *testing.T) store {
 		base.Close()
 	})
 	for i := range 3 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+		name := "axon-" + strconv.Itoa(i)
+		in := &axonInstance{name: name, log: axonLogger(t, name)}
+		c.ins = append(c.ins, in)
+		if err := c.serve(t, in, "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-		name := "axon-" + strconv.Itoa(i)
-		in := &axonInstance{name: name, addr: lis.Addr().String(), log: axonLogger(t, name)}
-		c.ins = append(c.ins, in)
-		c.serve(t, in, lis)
 	}
 	if _, err := c.leader(20 * time.Second); err != nil {
 		t.Fatal(err)
@@ -200,28 +192,27 @@ func startAxonTiKV(t *testing.T) store {
 	return c
 }
 
-func (c *axonTiKV) serve(t *testing.T, in *axonInstance, lis net.Listener) {
+// serve starts instance in on addr over its own share of the engine.
+func (c *axonTiKV) serve(t *testing.T, in *axonInstance, addr string) error {
 	t.Helper()
 	eng, err := c.base.Share()
 	if err != nil {
-		lis.Close()
-		t.Fatal(err)
+		return err
 	}
-	srv, err := server.New(server.Config{
-		ClusterID: 0xa1b2c3d4, Name: in.name, ClientURLs: []string{"http://" + in.addr},
-		Lease: 2 * time.Second, TickInterval: 20 * time.Millisecond, Logger: in.log,
-	}, eng)
+	cfg := axonConfig(in.name, in.log)
+	cfg.ListenClientURLs = []string{"http://" + addr}
+	cfg.Engine = eng // shared by the three: not exclusive
+	// Quick failover; one process has one clock.
+	cfg.LeaderLease, cfg.TickInterval, cfg.MaxClockDrift = 2*time.Second, 20*time.Millisecond, 0
+	cfg.GRPCServerOptions = []grpc.ServerOption{c.tr.option()}
+	a, err := axonembed.Start(context.Background(), cfg)
 	if err != nil {
-		lis.Close()
-		eng.Close()
-		t.Fatal(err)
+		return err
 	}
-	g := grpc.NewServer(append(srv.ServerOptions(), c.tr.option())...)
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
 	in.mu.Lock()
-	in.up, in.srv, in.g, in.eng = true, srv, g, eng
+	in.a, in.addr = a, a.ClientAddrs()[0]
 	in.mu.Unlock()
+	return nil
 }
 
 func (c *axonTiKV) endpoints() []string {
@@ -237,7 +228,7 @@ func (c *axonTiKV) leader(limit time.Duration) (int, error) {
 	for time.Now().Before(deadline) {
 		for i, in := range c.ins {
 			in.mu.Lock()
-			leads := in.up && in.srv.Leading()
+			leads := in.a != nil && in.a.Server().Leading()
 			in.mu.Unlock()
 			if leads {
 				return i, nil
@@ -255,23 +246,20 @@ func (c *axonTiKV) kill(_ *testing.T, i int) { c.stop(c.ins[i]) }
 func (c *axonTiKV) stop(in *axonInstance) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if !in.up {
+	if in.a == nil {
 		return
 	}
-	in.up = false
-	in.g.Stop()
-	in.srv.Close()
-	in.eng.Close()
+	in.a.HardStop()
+	in.a = nil
 }
 
 // restart starts instance i again on its old address.
 func (c *axonTiKV) restart(t *testing.T, i int) {
 	t.Helper()
 	in := c.ins[i]
-	var lis net.Listener
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
-		if lis, err = net.Listen("tcp", in.addr); err == nil {
+		if err = c.serve(t, in, in.addr); !errors.Is(err, syscall.EADDRINUSE) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -279,7 +267,6 @@ func (c *axonTiKV) restart(t *testing.T, i int) {
 	if err != nil {
 		t.Fatalf("restart %s: %v", in.name, err)
 	}
-	c.serve(t, in, lis)
 }
 
 // etcdCluster is three embedded etcd members in this process.

@@ -11,7 +11,7 @@ import (
 )
 
 // tlsState is a connection that knows its TLS state: a *tls.Conn, or
-// one the client listener wrapped after sniffing it (cmd/axon).
+// one the client listener wrapped after sniffing it (package embed).
 type tlsState interface {
 	ConnectionState() tls.ConnectionState
 }

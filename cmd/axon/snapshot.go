@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/axon-kv/axon/embed"
 	"github.com/axon-kv/axon/internal/etcdsnap"
 	"github.com/axon-kv/axon/server"
 )
@@ -25,7 +26,7 @@ func snapshotCmd() *cobra.Command {
 
 func snapshotRestoreCmd() *cobra.Command {
 	var (
-		f        serveFlags
+		cfg      = embed.NewConfig()
 		skipHash bool
 	)
 	cmd := &cobra.Command{
@@ -40,7 +41,8 @@ func snapshotRestoreCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			context.AfterFunc(ctx, stop)
-			eng, _, err := openEngine(cmd.Context(), f, log)
+			cfg.Logger = log
+			eng, err := embed.OpenEngine(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -55,7 +57,7 @@ func snapshotRestoreCmd() *cobra.Command {
 			return nil
 		},
 	}
-	f.registerEngine(cmd.Flags())
+	registerEngine(cmd.Flags(), cfg)
 	cmd.Flags().BoolVar(&skipHash, "skip-hash-check", false, "restore a file with no SHA-256 trailer (a db file copied from an etcd data directory) or a wrong one")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/axon-kv/axon/embed"
 	"github.com/axon-kv/axon/internal/testpki"
 )
 
@@ -201,7 +202,7 @@ func TestTLSVersionsAndCipherSuites(t *testing.T) {
 		err := cmd.ExecuteContext(t.Context())
 		want := b.want
 		if b.args == nil {
-			want = errNoCert.Error()
+			want = embed.ErrNoCert.Error()
 		}
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("serve %v: %v, want an error with %q", b.args, err, want)
