@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -22,24 +22,15 @@ import (
 // VmHWM), in bytes.
 func memory(t *testing.T, pid int) (rss, peak int64) {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		t.Skipf("no /proc: %v", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, value, _ := strings.Cut(sc.Text(), ":")
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		switch {
-		case err != nil:
-		case name == "VmRSS":
-			rss = kb << 10
-		case name == "VmHWM":
-			peak = kb << 10
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		t.Fatalf("read the status of %d: %v", pid, err)
 	}
-	return rss, peak
+	return int64(st.VmRSS), int64(st.VmHWM)
 }
 
 // resetPeak starts a new peak RSS measurement for pid (clear_refs 5).

@@ -9,37 +9,40 @@ import (
 	"time"
 )
 
-func TestParseStatCPUCountsFromTheLastParenthesis(t *testing.T) {
-	// A command name with spaces and a parenthesis; utime 250, stime 50.
-	stat := "4242 (axon (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1000 2000000 3000 18446744073709551615"
-	got, err := parseStatCPU(stat)
-	if err != nil || got != 3.0 {
-		t.Fatalf("parseStatCPU = %v, %v; want 3.0", got, err)
-	}
-	if _, err := parseStatCPU("4242 (axon) S 1 2"); err == nil {
-		t.Fatal("short stat: want an error")
-	}
-}
-
-func TestParseStatus(t *testing.T) {
-	status := "Name:\taxon\nVmPeak:\t  900 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n"
-	for field, want := range map[string]int64{"VmHWM": 2048 << 10, "VmRSS": 1024 << 10} {
-		if got, err := parseStatus(status, field); err != nil || got != want {
-			t.Fatalf("parseStatus %s = %d, %v; want %d", field, got, err, want)
-		}
-	}
-	if _, err := parseStatus("Name:\taxon\n", "VmHWM"); err == nil {
-		t.Fatal("no VmHWM: want an error")
-	}
-}
-
+// TestOwnProcessIsMeasurable reads this process's CPU time and memory as
+// the bench reads a server's: the CPU time grows with work done, the
+// resident set is within its peak.
 func TestOwnProcessIsMeasurable(t *testing.T) {
 	pid := os.Getpid()
-	if _, err := procCPU(pid); err != nil {
+	cpu0, err := procCPU(pid)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if rss, err := procPeakRSS(pid); err != nil || rss <= 0 {
-		t.Fatalf("procPeakRSS = %d, %v", rss, err)
+	var cpu1 float64
+	deadline := time.Now().Add(10 * time.Second)
+	for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+		if x%(1<<20) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("CPU time stayed at %v s for 10 s of spinning", cpu1)
+			}
+			if cpu1, err = procCPU(pid); err != nil {
+				t.Fatal(err)
+			}
+			if cpu1 >= cpu0+0.05 {
+				break
+			}
+		}
+	}
+	rss, err := procRSS(pid)
+	if err != nil || rss <= 0 {
+		t.Fatalf("procRSS = %d, %v", rss, err)
+	}
+	// The peak, read after, is at least what was resident before.
+	if peak, err := procPeakRSS(pid); err != nil || peak < rss {
+		t.Fatalf("procPeakRSS = %d, %v; resident before %d", peak, err, rss)
+	}
+	if _, err := procCPU(1 << 30); err == nil {
+		t.Fatal("a process that does not exist: want an error")
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -279,38 +278,17 @@ func newTLSFiles(dir string) (*tlsFiles, error) {
 	return &tlsFiles{cert: info.CertFile, key: info.KeyFile, client: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, nil
 }
 
-// userHZ is the unit of the times in /proc/<pid>/stat; Linux fixes it at
-// 100 for user space on every architecture Go supports.
-const userHZ = 100
-
 // procCPU returns the user plus system CPU seconds process pid has used.
 func procCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, fmt.Errorf("read cpu time: %w", err)
 	}
-	return parseStatCPU(string(b))
-}
-
-// parseStatCPU reads utime and stime (fields 14 and 15) of a
-// /proc/<pid>/stat line. The command name (field 2) may hold spaces and
-// parentheses, so fields are counted from its closing parenthesis.
-func parseStatCPU(stat string) (float64, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed stat %q", stat)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time: %w", err)
 	}
-	f := strings.Fields(stat[i+1:])
-	// f[0] is field 3 (state); utime is field 14.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("malformed stat %q", stat)
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("malformed stat: %w", err)
-	}
-	return float64(u+st) / userHZ, nil
+	return st.CPUTime(), nil
 }
 
 // procReadBytes is what process pid has caused to be read from the
@@ -329,33 +307,28 @@ func procReadBytes(pid int) (uint64, error) {
 
 // procPeakRSS returns the peak resident set size (VmHWM) of process pid
 // in bytes.
-func procPeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM") }
-
-// procRSS returns the resident set size (VmRSS) of process pid in bytes.
-func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
-
-func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", field, err)
-	}
-	return parseStatus(string(b), field)
+func procPeakRSS(pid int) (int64, error) {
+	st, err := procStatus(pid)
+	return int64(st.VmHWM), err
 }
 
-// parseStatus reads a field in kB of /proc/PID/status, in bytes.
-func parseStatus(status, field string) (int64, error) {
-	for line := range strings.SplitSeq(status, "\n") {
-		v, ok := strings.CutPrefix(line, field+":")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("malformed %s %q: %w", field, line, err)
-		}
-		return kb * 1024, nil
+// procRSS returns the resident set size (VmRSS) of process pid in bytes.
+func procRSS(pid int) (int64, error) {
+	st, err := procStatus(pid)
+	return int64(st.VmRSS), err
+}
+
+// procStatus reads /proc/<pid>/status (sizes in bytes).
+func procStatus(pid int) (procfs.ProcStatus, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return procfs.ProcStatus{}, fmt.Errorf("read status: %w", err)
 	}
-	return 0, fmt.Errorf("no %s in status", field)
+	st, err := p.NewStatus()
+	if err != nil {
+		return procfs.ProcStatus{}, fmt.Errorf("read status: %w", err)
+	}
+	return st, nil
 }
 
 // selfCPU returns the user plus system CPU seconds of this process.

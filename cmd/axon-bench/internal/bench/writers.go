@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -101,13 +100,9 @@ type memSampler struct {
 func sampleMemory(pid int, every time.Duration) *memSampler {
 	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	read := func() {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-			if v, err := parseStatus(string(b), "VmHWM"); err == nil {
-				m.peak.Store(max(m.peak.Load(), v))
-			}
-			if v, err := parseStatus(string(b), "RssAnon"); err == nil {
-				m.anon.Store(max(m.anon.Load(), v))
-			}
+		if st, err := procStatus(pid); err == nil {
+			m.peak.Store(max(m.peak.Load(), int64(st.VmHWM)))
+			m.anon.Store(max(m.anon.Load(), int64(st.RssAnon)))
 		}
 		if c, err := procCPU(pid); err == nil {
 			m.cpu.Store(math.Float64bits(c))
