@@ -3,6 +3,7 @@ module github.com/axon-kv/axon
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.2.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/datadriven v1.0.2
 	github.com/coreos/go-semver v0.3.1

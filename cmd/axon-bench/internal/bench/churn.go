@@ -269,7 +269,7 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		res.Windows[i].Ops = int64(len(ds))
 		res.Windows[i].P50Ms, res.Windows[i].P99Ms = p50p99(ds)
 		if len(ds) > 0 {
-			res.Windows[i].MaxMs = ms(ds[len(ds)-1]) // p50p99 sorted them
+			res.Windows[i].MaxMs = ms(slices.Max(ds))
 			prev := cpu0
 			if i > 0 {
 				prev = cpuAt[i-1]
