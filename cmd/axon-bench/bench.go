@@ -115,7 +115,7 @@ With --quick each scenario takes well under a minute per system.`,
 	fl.DurationVar(&sc.ChurnWindow, "churn-window", sc.ChurnWindow, "churn: compaction interval, and the window of the figures")
 	fl.BoolVar(&sc.ChurnWatch, "churn-watch", false, "churn: also run a kube-apiserver-like watcher: one watch with prev_kv over the whole churned prefix, reading every event")
 	fl.IntSliceVar(&sc.KeysCounts, "keys-counts", sc.KeysCounts, "keys: key counts measured at, ascending")
-	fl.Int64Var(&sc.EtcdQuota, "etcd-quota-bytes", sc.EtcdQuota, "churn and keys: etcd's backend quota (its recommended maximum; its default is 2 GiB)")
+	fl.Int64Var(&sc.Quota, "quota-bytes", sc.Quota, "churn: both systems' backend quota; keys: etcd's, Axon running without one (etcd's recommended maximum; the default of both is 2 GiB)")
 	fl.IntVar(&sc.KeysNamespace, "keys-namespace", sc.KeysNamespace, "keys: objects per namespace, the list measured")
 	fl.IntVar(&sc.KeysGets, "keys-gets", sc.KeysGets, "keys: point gets per key count (upper bound, with --max-time)")
 	fl.Int64Var(&f.keysMemoryMiB, "keys-memory-limit-mib", sc.KeysMemoryLimit>>20, "keys: memory cgroup limit of the server in MiB (0: no cgroup; the goal is judged at 4096)")

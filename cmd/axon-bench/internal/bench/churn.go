@@ -108,7 +108,7 @@ func (c *churnKeys) set(k int, rev int64) {
 func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 	o := r.o.Scale
 	res := &ChurnResult{MemoryLimitBytes: o.MemoryLimit}
-	s, mem, clis, done, err := r.startInCgroup(ctx, "churn", func(s *server) { s.etcdQuota = o.EtcdQuota })
+	s, mem, clis, done, err := r.startInCgroup(ctx, "churn", func(s *server) { s.quota = o.Quota })
 	if err != nil {
 		return nil, err
 	}

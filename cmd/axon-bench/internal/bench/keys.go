@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,7 +53,7 @@ type KeysResult struct {
 // keys loads one server to each of KeysCounts in turn (objects of
 // ListObjectSize in namespaces of KeysNamespace) and at each measures the
 // load, point gets, a namespace's list, a physical compaction, disk per
-// key and a restart. etcd runs with EtcdQuota; once it refuses for
+// key and a restart. etcd runs with Quota; once it refuses for
 // want of space the larger counts are skipped; Axon runs without a quota.
 // The server runs in a memory cgroup of KeysMemoryLimit if there is one,
 // else outside any: then the point is what the key count does to memory.
@@ -72,10 +71,10 @@ func (r *runner) keys(ctx context.Context) (*KeysResult, error) {
 	defer uncage()
 	switch r.sys.name {
 	case "etcd":
-		s.etcdQuota, res.EtcdQuotaBytes = o.EtcdQuota, o.EtcdQuota
+		s.quota, res.EtcdQuotaBytes = o.Quota, o.Quota
 	case "axon":
 		// Axon's default quota is etcd's 2 GiB; the point is to go past it.
-		s.extra = append(slices.Clone(s.extra), "--quota-backend-bytes=-1")
+		s.quota = -1
 	}
 	if err := r.startReady(ctx, s); err != nil {
 		return nil, err

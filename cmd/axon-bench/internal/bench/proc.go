@@ -39,14 +39,17 @@ var systems = map[string]system{
 		if s.pprof {
 			a = append(a, "--enable-pprof")
 		}
+		if s.quota != 0 {
+			a = append(a, "--quota-backend-bytes", strconv.FormatInt(s.quota, 10))
+		}
 		return append(a, s.extra...)
 	}},
 	"etcd": {name: "etcd", binary: func(o *Options) string { return o.EtcdBinary }, args: func(s *server) []string {
 		a := []string{"etcd-reference", "--data-dir", s.dir,
 			"--listen-client-urls", s.clientURL(), "--listen-peer-urls", "http://" + s.peer,
 			"--log-file", s.logPath}
-		if s.etcdQuota > 0 {
-			a = append(a, "--quota-backend-bytes", strconv.FormatInt(s.etcdQuota, 10))
+		if s.quota > 0 {
+			a = append(a, "--quota-backend-bytes", strconv.FormatInt(s.quota, 10))
 		}
 		return append(a, s.tlsArgs()...)
 	}},
@@ -62,7 +65,7 @@ type server struct {
 	tls                   *tlsFiles     // nil: plaintext
 	extra                 []string      // more flags of axon serve
 	cg                    *cgroup.Group // nil: not in a memory cgroup
-	etcdQuota             int64         // etcd's backend quota; 0: its default
+	quota                 int64         // the backend quota; 0: the default; negative: none (Axon only)
 
 	cmd    *exec.Cmd
 	logf   *os.File

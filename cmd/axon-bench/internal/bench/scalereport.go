@@ -46,15 +46,15 @@ func (rep *ScaleReport) WriteTable(w io.Writer) error {
 		if o.ChurnWatch {
 			watcher = fmt.Sprintf("a kube-apiserver-like watcher reads every event with prev_kv (one watch on the whole prefix) and checks those of 1 write in %d", sampleEvery)
 		}
-		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s; %s; etcd's quota %s\n",
-			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, watcher, inCgroup(o.MemoryLimit), fmtBytes(o.EtcdQuota))
+		fmt.Fprintf(w, "\nchurn: %s objects of %d B, %d clients updating 60%%, deleting 20%%, creating 20%% by CAS for %v, a compaction every %v to the revision of the one before; then a defragmentation while they go on; %s; %s; both systems' quota %s\n",
+			count(o.ChurnObjects), o.ListObjectSize, o.Writers, o.ChurnTime, o.ChurnWindow, watcher, inCgroup(o.MemoryLimit), fmtBytes(o.Quota))
 		if err := rep.table(w, churnMetrics(rep.Churn, o.ChurnWatch)); err != nil {
 			return err
 		}
 	}
 	if len(rep.Keys) > 0 {
 		fmt.Fprintf(w, "\nkeys: objects of %d B in namespaces of %s, loaded to %v keys in turn; at each: %d point gets, %d paginated lists of a namespace, a physical compaction, a restart; %s; etcd's quota %s\n",
-			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, inCgroup(o.KeysMemoryLimit), fmtBytes(o.EtcdQuota))
+			o.ListObjectSize, count(o.KeysNamespace), o.KeysCounts, o.KeysGets, o.KeysLists, inCgroup(o.KeysMemoryLimit), fmtBytes(o.Quota))
 		if err := rep.table(w, keysMetrics(rep.Keys, o.KeysCounts)); err != nil {
 			return err
 		}
