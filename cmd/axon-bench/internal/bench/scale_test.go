@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,8 @@ func TestRecoveryEndsAtTheLastSlowWindow(t *testing.T) {
 		}
 	}
 	worst, rec, back := recovery(acks, time.Second, 9*time.Second, 5)
-	if worst != 50 || rec != 2 || !back {
+	// Percentiles come from a histogram: within 0.1 %.
+	if math.Abs(worst-50) > 0.05 || rec != 2 || !back {
 		t.Errorf("recovery = worst %v ms, back after %v s (%v); want 50 ms, 2 s, true", worst, rec, back)
 	}
 	// A second with no write at all is a stall, however fast the rest;
