@@ -266,11 +266,16 @@ func p50p99(samples []time.Duration) (float64, float64) {
 		return 0, 0
 	}
 	h := hdrhistogram.New(histMin, histMax, histDigits)
+	hi := samples[0]
 	for _, d := range samples {
 		// Outside the range: clamped, so that no sample is dropped.
 		h.RecordValue(min(max(int64(d), histMin), histMax))
+		hi = max(hi, d)
 	}
-	return ms(time.Duration(h.ValueAtQuantile(50))), ms(time.Duration(h.ValueAtQuantile(99)))
+	// A bucket answers with its highest value: never above the largest
+	// sample, which callers compare percentiles with.
+	at := func(q float64) float64 { return ms(min(time.Duration(h.ValueAtQuantile(q)), hi)) }
+	return at(50), at(99)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
