@@ -126,6 +126,11 @@ func newEtcdMetrics(s *Server, reg *prometheus.Registry, axon *axonMetrics) *etc
 		o.ObserveSyncs(func(d time.Duration, txns int) {
 			e.walFsync.Observe(d.Seconds())
 			axon.groupTxns.Observe(float64(txns))
+			if d > slowApplyAfter {
+				// Every write of the group waited this long: etcd's
+				// "apply request took too long", once for them all.
+				s.log.Warn("engine commit took too long", "took", d, "expected-duration", slowApplyAfter, "transactions", txns)
+			}
 		})
 	}
 	reg.MustRegister(&etcdSpace{s: s})

@@ -145,6 +145,9 @@ func TestScaleChurnQuickIsSane(t *testing.T) {
 			if w.Ops == 0 || w.P99Ms <= 0 || w.DiskBytes <= 0 {
 				t.Errorf("%s window %d: %+v", sys, i+1, w)
 			}
+			if len(w.Slowest) == 0 || w.Slowest[0].Ms != w.MaxMs || w.Slowest[0].AtSeconds >= w.EndSeconds {
+				t.Errorf("%s window %d: slowest writes %+v, longest %v ms, window ends at %v s", sys, i+1, w.Slowest, w.MaxMs, w.EndSeconds)
+			}
 		}
 		if r.Errors != 0 || r.DefragError != "" || r.DefragErrors != 0 || r.DefragSeconds <= 0 || r.DiskBytesAfter <= 0 {
 			t.Errorf("%s: %d churn errors (first: %s), defrag %v s error %q, %d write errors during it, %d bytes after", sys, r.Errors, r.FirstError,

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,10 @@ type ChurnWindow struct {
 	// MaxMs is the longest write: what a defragmentation's longest is
 	// judged against on a machine whose own stalls are not nothing.
 	MaxMs float64 `json:"max_ms"`
+	// Slowest are the window's longest writes, longest first, with when
+	// each was sent: to line them up with the server's compactions, its
+	// engine's stalls and the window's own compaction.
+	Slowest []SlowWrite `json:"slowest,omitempty"`
 	// CPUPer1k is the server's CPU seconds per 1,000 writes in the
 	// window: what separates a server that grows slower (more CPU per
 	// write) from a machine that gives it less CPU (fewer writes alike).
@@ -35,6 +40,29 @@ type ChurnWindow struct {
 	// WatchEvents are the events the watcher (ChurnWatch) received in the
 	// window.
 	WatchEvents int64 `json:"watch_events,omitempty"`
+}
+
+// SlowWrite is one long write of a churn window.
+type SlowWrite struct {
+	AtSeconds float64 `json:"at_s"` // sent, from the churn's start
+	Ms        float64 `json:"ms"`
+}
+
+// slowest returns the n longest of the writes sent in [from, to),
+// longest first.
+func slowest(acks []ack, from, to time.Duration, n int) []SlowWrite {
+	var in []ack
+	for _, a := range acks {
+		if a.at >= from && a.at < to {
+			in = append(in, a)
+		}
+	}
+	slices.SortFunc(in, func(a, b ack) int { return cmp.Compare(b.took, a.took) })
+	out := make([]SlowWrite, 0, min(n, len(in)))
+	for _, a := range in[:min(n, len(in))] {
+		out = append(out, SlowWrite{AtSeconds: a.at.Seconds(), Ms: ms(a.took)})
+	}
+	return out
 }
 
 // ChurnResult is one system's outcome of the long churn and the
@@ -270,6 +298,7 @@ func (r *runner) churn(ctx context.Context) (*ChurnResult, error) {
 		res.Windows[i].P50Ms, res.Windows[i].P99Ms = p50p99(ds)
 		if len(ds) > 0 {
 			res.Windows[i].MaxMs = ms(slices.Max(ds))
+			res.Windows[i].Slowest = slowest(all, from, to, 5)
 			prev := cpu0
 			if i > 0 {
 				prev = cpuAt[i-1]

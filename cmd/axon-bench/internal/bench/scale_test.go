@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,24 @@ func TestScaleTableShowsKillsCodesAndRatios(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestSlowestWritesOfAWindow(t *testing.T) {
+	acks := []ack{
+		{at: 1 * time.Second, took: 50 * time.Millisecond},
+		{at: 2 * time.Second, took: 300 * time.Millisecond}, // before the window
+		{at: 5 * time.Second, took: 20 * time.Millisecond},
+		{at: 6 * time.Second, took: 90 * time.Millisecond},
+		{at: 7 * time.Second, took: 10 * time.Millisecond},
+		{at: 10 * time.Second, took: 500 * time.Millisecond}, // after it
+	}
+	got := slowest(acks, 3*time.Second, 10*time.Second, 2)
+	want := []SlowWrite{{AtSeconds: 6, Ms: 90}, {AtSeconds: 5, Ms: 20}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("slowest = %+v, want %+v", got, want)
+	}
+	if got := slowest(acks, 20*time.Second, 30*time.Second, 5); len(got) != 0 {
+		t.Fatalf("an empty window's slowest = %+v", got)
 	}
 }
