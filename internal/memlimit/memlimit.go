@@ -70,6 +70,22 @@ func derived(root string) (int64, Source) {
 	return 0, None
 }
 
+// Memory returns the memory this process can have, its page cache
+// included: its control group's limit, else the machine's memory; false
+// if neither can be read.
+func Memory() (int64, bool) { return memory("/") }
+
+func memory(root string) (int64, bool) {
+	if lim, ok := CgroupLimit(root); ok {
+		return lim, true
+	}
+	fs, err := procfs.NewFS(filepath.Join(root, "proc"))
+	if err != nil {
+		return 0, false
+	}
+	return memTotal(fs)
+}
+
 // CgroupLimit returns the memory limit of the control group this process
 // belongs to, reading /proc/self/cgroup and the cgroup filesystem under
 // root ("/" but for tests); false when there is none (unlimited, no

@@ -164,6 +164,33 @@ func TestDerivedBudget(t *testing.T) {
 	}
 }
 
+func TestMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+		ok    bool
+	}{
+		{"cgroup", map[string]string{
+			"proc/meminfo":               meminfo,
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": "1073741824\n",
+		}, 1 << 30, true},
+		{"machine", map[string]string{
+			"proc/meminfo":               meminfo,
+			"proc/self/cgroup":           "0::/a\n",
+			"sys/fs/cgroup/a/memory.max": "max\n",
+		}, 24684096 << 10, true},
+		{"nothing known", map[string]string{}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, ok := memory(fakeRoot(t, tc.files)); got != tc.want || ok != tc.ok {
+				t.Fatalf("memory = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
 // fakeRoot writes files (path relative to the root: body) under a new
 // directory standing for /, and returns it. proc/self is a link to
 // process 1's directory, as in /proc.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,6 +214,12 @@ func tablesCached(t *testing.T, dir string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cached(t, paths...)
+}
+
+// cached is the bytes of the files at paths that are in the page cache.
+func cached(t *testing.T, paths ...string) int64 {
+	t.Helper()
 	var cached int64
 	page := os.Getpagesize()
 	for _, p := range paths {
@@ -244,6 +251,85 @@ func tablesCached(t *testing.T, dir string) int64 {
 		}
 	}
 	return cached
+}
+
+// TestOldValuesLeaveThePageCache: once the value log outgrows what the
+// page cache keeps beside the tables, the trimmer drops the pages of the
+// log's older files from the page cache, keeps the newest files'
+// cached, leaves the file badger writes alone, and the values read the
+// same afterwards.
+func TestOldValuesLeaveThePageCache(t *testing.T) {
+	dir := t.TempDir()
+	const files = 3 // each close and open starts a new log file
+	values := make([][]byte, files*tableKeys/2)
+	for f := range files {
+		e := open(t, dir)
+		for i := f * tableKeys / 2; i < (f+1)*tableKeys/2; i++ {
+			values[i] = make([]byte, 1024)
+			rand.Read(values[i])
+			set(t, e, fmt.Appendf(nil, "key-%06d", i), values[i])
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := open(t, dir)
+	defer e.Close()
+	readAll := func() {
+		t.Helper()
+		for i, v := range values {
+			if got, err := read(e, fmt.Appendf(nil, "key-%06d", i)); err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("key %d: %d bytes, %v", i, len(got), err)
+			}
+		}
+	}
+	readAll()
+	logs, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil || len(logs) != files+1 {
+		t.Fatalf("value log files %v (%v), want %d", logs, err, files+1)
+	}
+	slices.Sort(logs) // zero-padded ids: the oldest first
+	var before []int64
+	for _, l := range logs {
+		before = append(before, cached(t, l))
+	}
+	if before[0] < tableKeys/2*1024/2 {
+		t.Fatalf("the oldest log file has %d B cached after reading it", before[0])
+	}
+
+	tr := newTableTrimmer(e.db, dir, 8<<20, &e.defragging)
+	tr.memory = 0 // unknown: nothing is dropped
+	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+		t.Fatalf("with the memory unknown: dropped %d files, %v", n, err)
+	}
+	tr.memory = 1 << 50 // room for everything
+	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+		t.Fatalf("with room to spare: dropped %d files, %v", n, err)
+	}
+	// Memory for nothing but the least share: one file kept. The first
+	// look only learns which files badger is done with.
+	tr.memory = 1
+	for look, want := range []int{0, files - 1} {
+		if n, err := tr.dropOldValues(0); err != nil || n != want {
+			t.Fatalf("look %d: dropped %d files, %v; want %d", look+1, n, err, want)
+		}
+	}
+	e.defragging.Lock()
+	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+		t.Fatalf("while the log is collected: dropped %d files, %v", n, err)
+	}
+	e.defragging.Unlock()
+	for i, l := range logs {
+		got := cached(t, l)
+		t.Logf("%s: %d B cached, was %d", filepath.Base(l), got, before[i])
+		switch {
+		case i < files-1 && got > before[i]/4:
+			t.Errorf("%s: %d B still cached of %d", filepath.Base(l), got, before[i])
+		case i >= files-1 && got < before[i]*3/4:
+			t.Errorf("%s (newest or written): %d B left cached of %d", filepath.Base(l), got, before[i])
+		}
+	}
+	readAll()
 }
 
 // TestTrimmedTablesStayInThePageCache: trimming takes the tables' pages
@@ -318,5 +404,29 @@ func TestPinnedTablesOutliveTheirReplacement(t *testing.T) {
 		if now[id] {
 			t.Errorf("table %d still mapped after release", id)
 		}
+	}
+}
+
+// TestValuesKept: the log's older files are dropped only once the log is
+// more than twice what memory leaves beside the process and the tables,
+// and then a quarter of that is kept (at least the budget's share).
+func TestValuesKept(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		name                     string
+		memory, anon, tables, lg int64
+		keep                     int64
+		drop                     bool
+	}{
+		{"3M keys in 4 GiB", 4 * gib, gib / 2, gib / 2, 3 * gib, 3 * gib / 4, false},
+		{"10M keys in 4 GiB", 4 * gib, gib, 3 * gib / 2, 10 * gib, 3 * gib / 8, true},
+		{"no room beside the tables", gib, gib / 2, gib, 64 << 20, 3 * gib / 8, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &tableTrimmer{memory: tc.memory, budget: 3 * gib}
+			if keep, drop := tr.valuesKept(tc.anon, tc.tables, tc.lg); keep != tc.keep || drop != tc.drop {
+				t.Fatalf("valuesKept = %d, %v; want %d, %v", keep, drop, tc.keep, tc.drop)
+			}
+		})
 	}
 }
