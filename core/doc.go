@@ -185,6 +185,10 @@
 // member does not lead, or is handing over); ErrNoLeader says none is
 // known. A follower sends writes to the leader named by Leader() and
 // never re-sends one whose answer was lost: it may have applied.
+// driver.Attempt makes these choices for a call and leaves the IO to its
+// host: Driver.Begin, then Next with each answer says run here, send to
+// the leader at an address, wait for a leader change
+// (Driver.AwaitLeader), or done.
 //
 // Reads need no work item. Where Serving is true, read at Node.Committed
 // in an engine snapshot with Range (pure: run it outside the lock); a

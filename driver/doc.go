@@ -14,6 +14,12 @@
 // or landed and its leader heard its commit fail, on any instance. Who a call runs as (tokens, certificates) is the
 // server's business; the driver only picks the store.
 //
+// A call that must run on the leader goes one way: the host asks an
+// Attempt (Begin, Next) where it runs — here, at the leader's address,
+// or after a leader change — and does that itself, so no host code runs
+// inside the driver on a write; the attempt keeps the rules (what is
+// tried again, until when, what a forwarded call answers).
+//
 // What differs between the two worlds comes in through small interfaces:
 // a Clock (wall time and timers, or virtual time), an Executor (engine
 // IO on goroutines, or as simulated events with latency and faults) and

@@ -70,8 +70,8 @@ type Config struct {
 	Hooks Hooks
 	// Transport reaches the leader from a follower.
 	Transport Transport
-	// Refused says an error from a call's Local or Remote part means it
-	// was not applied and may go to the next leader; nil:
+	// Refused says an error in a call's Answer (run here or at the
+	// leader) means it was not applied and may go to the next leader; nil:
 	// core.ErrNotLeader and core.ErrNoLeader.
 	Refused func(error) bool
 	// Log receives the errors of failed work (nil: none logged).
@@ -110,7 +110,7 @@ type Driver struct {
 	waiters map[core.RequestID]func(core.Response)
 
 	seen          leaderSeen        // the leader known at the last step
-	leaderWaiters map[uint64]func() // calls to try again when it changes
+	leaderWaiters map[uint64]func() // AwaitLeader wake-ups for the next change
 	nextWaiter    uint64
 	readWaiting   []func(int64, error)
 	readBusy      bool

@@ -245,10 +245,8 @@ func TestRetriesLeaveNoWaiters(t *testing.T) {
 	d, clock, _, _ := newLeader(t)
 	tries := 0
 	var got error
-	d.Lead(driver.Call{
-		Local: func(done func(driver.Answer)) { tries++; done(driver.Answer{Err: core.ErrNoLeader}) },
-		Alive: func() bool { return tries < 5 },
-	}, func(err error) { got = err })
+	driver.Lead(d, func(done func(driver.Answer)) { tries++; done(driver.Answer{Err: core.ErrNoLeader}) },
+		func() bool { return tries < 5 }, func(err error) { got = err })
 	for i := 0; i < 10 && got == nil; i++ {
 		clock.advance(20 * time.Millisecond)
 	}
@@ -285,7 +283,7 @@ func TestLeadLearnsAnsweredRevisions(t *testing.T) {
 	d, _, _, _ := newLeader(t)
 	lead := func(a driver.Answer) error {
 		var got error
-		d.Lead(driver.Call{Local: func(done func(driver.Answer)) { done(a) }}, func(err error) { got = err })
+		driver.Lead(d, func(done func(driver.Answer)) { done(a) }, nil, func(err error) { got = err })
 		return got
 	}
 	if err := lead(driver.Answer{Rev: 9}); err != nil {

@@ -19,23 +19,6 @@ type Transport interface {
 	ReadIndex(addr string, done func(rev int64, err error))
 }
 
-// Call is a request that must run on the leader.
-type Call struct {
-	// Local runs the call on this member and calls done with its
-	// result, or with core.ErrNotLeader. It may block (the server's
-	// handlers do) or answer later (the simulator's).
-	Local func(done func(Answer))
-	// Remote sends the call to the leader at addr and calls done with
-	// its answer exactly once.
-	Remote func(addr string, done func(Answer))
-	// Forwarded: the call came from another instance; it is not sent on
-	// (the sender retries with a fresh view of the leader).
-	Forwarded bool
-	// Alive says whether the caller still waits; a call nobody waits
-	// for is not tried again. Nil: always.
-	Alive func() bool
-}
-
 // Answer is how a call ended where it ran.
 type Answer struct {
 	// Rev is the leader's commit point the answer carries (its header
@@ -51,60 +34,112 @@ func defaultRefused(err error) bool {
 	return errors.Is(err, core.ErrNotLeader) || errors.Is(err, core.ErrNoLeader)
 }
 
-// Lead runs c on the leader: local when this member leads, otherwise sent
-// to the leader this member believes in. A call refused before it was
-// applied (leadership moving, leader unreachable) runs again once the
-// leader changes, so a leader change is invisible to clients when it can
-// be; an answer that may hide an applied call (a timeout, a broken
-// connection) is passed on, never retried. Past the failover wait done
-// gets core.ErrNoLeader.
-func (d *Driver) Lead(c Call, done func(error)) {
-	deadline := d.cfg.Clock.Now() + d.failoverWait()
-	var try func()
-	again := func(err error) {
-		if c.Alive != nil && !c.Alive() {
-			done(err)
-			return
-		}
-		if d.cfg.Clock.Now() >= deadline {
-			done(core.ErrNoLeader)
-			return
-		}
-		d.awaitLeader(try)
+// Action is what the host does next with a call that must run on the
+// leader.
+type Action int
+
+const (
+	// RunLocal: run the call on this member; it answers
+	// core.ErrNotLeader if the member does not lead.
+	RunLocal Action = iota + 1
+	// SendToLeader: send the call to the leader at Step.Addr.
+	SendToLeader
+	// WaitForLeader: wait for a leader change (AwaitLeader), then ask
+	// Next(nil, ...) again.
+	WaitForLeader
+	// Finished: the call ended; Step.Err is its answer.
+	Finished
+)
+
+// Step is the next thing the host does with a call (Attempt.Next).
+type Step struct {
+	Action Action
+	Addr   string // SendToLeader: where the leader listens
+	Err    error  // Finished: the call's answer
+}
+
+// Attempt decides where one call runs, as the leader comes and goes. It
+// only decides: the host runs the call, sends it or waits, and reports
+// back through Next, so no host code runs inside the driver. A call
+// refused before it was applied (leadership moving, leader unreachable)
+// runs again once the leader changes, so a leader change is invisible to
+// clients when it can be; an answer that may hide an applied call (a
+// timeout, a broken connection) is passed on, never retried. Past the
+// failover wait the call ends with core.ErrNoLeader. An Attempt is used
+// by one caller at a time.
+type Attempt struct {
+	d         *Driver
+	forwarded bool
+	deadline  time.Duration
+	sent      bool // the last step sent the call to the leader
+}
+
+// Begin starts a call that must run on the leader. A forwarded call came
+// from another instance: it is not sent on (the sender tries again with a
+// fresh view of the leader).
+func (d *Driver) Begin(forwarded bool) *Attempt {
+	return &Attempt{d: d, forwarded: forwarded, deadline: d.cfg.Clock.Now() + d.failoverWait()}
+}
+
+// Next takes the answer of the last step (nil at the start and after a
+// wait) and says what to do next. alive says whether the caller still
+// waits: a refused call nobody waits for ends with its refusal rather
+// than being tried again.
+func (a *Attempt) Next(prev *Answer, alive bool) Step {
+	if prev == nil {
+		a.sent = false
+		return Step{Action: RunLocal}
 	}
-	answered := func(a Answer) {
-		if a.Err == nil {
-			d.learn(a.Rev)
+	d, sent, err := a.d, a.sent, prev.Err
+	a.sent = false
+	switch {
+	case !d.refused(err):
+		if err == nil {
+			d.learn(prev.Rev)
 		}
-		done(a.Err)
+		return Step{Action: Finished, Err: err}
+	case sent || !errors.Is(err, core.ErrNotLeader):
+		return a.again(err, alive)
+	case a.forwarded:
+		return Step{Action: Finished, Err: core.ErrNotLeader}
 	}
-	try = func() {
-		c.Local(func(a Answer) {
-			err := a.Err
-			switch {
-			case !d.refused(err):
-				answered(a)
-			case !errors.Is(err, core.ErrNotLeader):
-				again(err)
-			case c.Forwarded:
-				done(core.ErrNotLeader)
-			default:
-				addr, ok := d.leaderAddr()
-				if !ok {
-					again(err)
-					return
-				}
-				c.Remote(addr, func(a Answer) {
-					if d.refused(a.Err) {
-						again(a.Err)
-						return
-					}
-					answered(a)
-				})
-			}
-		})
+	addr, ok := d.leaderAddr()
+	if !ok {
+		return a.again(err, alive)
 	}
-	try()
+	a.sent = true
+	return Step{Action: SendToLeader, Addr: addr}
+}
+
+// again is the step after a refusal.
+func (a *Attempt) again(err error, alive bool) Step {
+	switch {
+	case !alive:
+		return Step{Action: Finished, Err: err}
+	case a.d.cfg.Clock.Now() >= a.deadline:
+		return Step{Action: Finished, Err: core.ErrNoLeader}
+	}
+	return Step{Action: WaitForLeader}
+}
+
+// lead runs a call the driver itself makes on the leader (LeaderAddr,
+// ReadIndex) through an Attempt, in callbacks as the simulator's clock
+// needs: run runs it here (addr "") or at the leader's addr. alive nil:
+// always.
+func (d *Driver) lead(run func(addr string, done func(Answer)), alive func() bool, done func(error)) {
+	a := d.Begin(false)
+	var next func(*Answer)
+	next = func(prev *Answer) {
+		switch s := a.Next(prev, alive == nil || alive()); s.Action {
+		case RunLocal, SendToLeader:
+			run(s.Addr, func(ans Answer) { next(&ans) })
+		case WaitForLeader:
+			d.AwaitLeader(func() { next(nil) })
+		default:
+			done(s.Err)
+		}
+	}
+	next(nil)
 }
 
 // LeaderAddr calls done with the address of the leader once one other
@@ -112,25 +147,20 @@ func (d *Driver) Lead(c Call, done func(error)) {
 // is known within the failover wait or while alive says so.
 func (d *Driver) LeaderAddr(alive func() bool, done func(addr string, ok bool)) {
 	var addr string
-	d.Lead(Call{
-		Local: func(done func(Answer)) {
-			if d.Step(nil, nil) {
-				done(Answer{}) // we lead
-				return
-			}
-			var ok bool
+	d.lead(func(at string, done func(Answer)) {
+		var ok bool
+		switch {
+		case at != "": // the Attempt found it
+			addr = at
+		case d.Step(nil, nil): // we lead
+		default:
 			if addr, ok = d.leaderAddr(); !ok {
 				done(Answer{Err: core.ErrNotLeader})
 				return
 			}
-			done(Answer{})
-		},
-		Remote: func(a string, done func(Answer)) {
-			addr = a
-			done(Answer{})
-		},
-		Alive: alive,
-	}, func(err error) { done(addr, err == nil && addr != "") })
+		}
+		done(Answer{})
+	}, alive, func(err error) { done(addr, err == nil && addr != "") })
 }
 
 // failoverWait bounds how long a call waits for a leader: long enough
@@ -165,10 +195,13 @@ func (d *Driver) leaderAddr() (string, bool) {
 	return rec.Addr, true
 }
 
-// awaitLeader runs f once the leader this member knows changes, or after
-// RetryEvery if it does not (a leader that was unreachable may be
+// AwaitLeader calls f once the leader this member knows changes, or
+// after RetryEvery if it does not (a leader that was unreachable may be
 // reachable again), and asks the member to read the election record now.
-func (d *Driver) awaitLeader(f func()) {
+// f runs once, on the clock and never with the driver's lock held; it
+// should only wake the caller (a callback, a channel closed), which then
+// asks its Attempt for the next step.
+func (d *Driver) AwaitLeader(f func()) {
 	var once sync.Once
 	d.mu.Lock()
 	d.nextWaiter++
@@ -260,23 +293,22 @@ func (d *Driver) readRound() {
 	}
 	d.mu.Unlock()
 	var rev int64
-	d.Lead(Call{
-		Local: func(done func(Answer)) {
-			c, _, ok := d.ReadPoint()
-			if !ok {
-				done(Answer{Err: core.ErrNotLeader})
-				return
-			}
-			rev = c
-			done(Answer{Rev: c})
-		},
-		Remote: func(addr string, done func(Answer)) {
+	d.lead(func(addr string, done func(Answer)) {
+		if addr != "" {
 			d.cfg.Transport.ReadIndex(addr, func(r int64, err error) {
 				rev = r
 				done(Answer{Rev: r, Err: err})
 			})
-		},
-	}, func(err error) {
+			return
+		}
+		c, _, ok := d.ReadPoint()
+		if !ok {
+			done(Answer{Err: core.ErrNotLeader})
+			return
+		}
+		rev = c
+		done(Answer{Rev: c})
+	}, nil, func(err error) {
 		for _, f := range batch {
 			f(rev, err)
 		}

@@ -31,7 +31,7 @@ func (d *Driver) Transfer(to, addr string, done func(error)) {
 		case d.cfg.Clock.Now() >= deadline:
 			done(fmt.Errorf("axon: transfer to %s did not finish in %v", to, d.failoverWait()))
 		default:
-			d.awaitLeader(check)
+			d.AwaitLeader(check)
 		}
 	}
 	check()

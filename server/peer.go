@@ -189,40 +189,51 @@ func brokeOff(ctx context.Context, err error) error {
 	return err
 }
 
-// lead runs a call on the leader through the driver: local when this
-// instance leads, otherwise forwarded over the peer connection; a call
-// the leader refused before applying it runs again on the next leader.
+// lead runs a call on the leader where the driver's Attempt says: local
+// when this instance leads, otherwise forwarded over the peer connection;
+// a call the leader refused before applying it runs again on the next
+// leader. The driver only decides; the IO and the waiting happen here,
+// on the caller's goroutine, so nothing runs on after the caller left.
 func (s *Server) lead(ctx context.Context, local func() (int64, error), remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) error {
-	ch := make(chan error, 1)
-	s.drv.Lead(driver.Call{
-		Local: func(done func(driver.Answer)) {
+	a := s.drv.Begin(forwarded(ctx))
+	var prev *driver.Answer
+	for {
+		step := a.Next(prev, ctx.Err() == nil && s.ctx.Err() == nil)
+		switch step.Action {
+		case driver.RunLocal:
 			rev, err := local()
-			done(driver.Answer{Rev: rev, Err: err})
-		},
-		Remote: func(addr string, done func(driver.Answer)) {
-			cc, err := s.peers.conn(addr)
-			if err != nil {
-				s.log.Warn("leader connection", "addr", addr, "err", err)
-				done(driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)})
-				return
+			prev = &driver.Answer{Rev: rev, Err: err}
+		case driver.SendToLeader:
+			prev = s.sendToLeader(ctx, step.Addr, remote)
+		case driver.WaitForLeader:
+			prev = nil
+			changed := make(chan struct{})
+			s.drv.AwaitLeader(func() { close(changed) })
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return toGRPC(ctx.Err())
+			case <-s.ctx.Done():
+				return rpctypes.ErrGRPCStopped
 			}
-			rev, err := remote(s.forwardContext(ctx), cc)
-			done(driver.Answer{Rev: rev, Err: brokeOff(ctx, err)})
-		},
-		Forwarded: forwarded(ctx),
-		Alive:     func() bool { return ctx.Err() == nil && s.ctx.Err() == nil },
-	}, func(err error) { ch <- err })
-	select {
-	case err := <-ch:
-		if ctx.Err() != nil && refused(err) {
-			return toGRPC(ctx.Err())
+		default:
+			if ctx.Err() != nil && refused(step.Err) {
+				return toGRPC(ctx.Err())
+			}
+			return step.Err
 		}
-		return err
-	case <-ctx.Done():
-		return toGRPC(ctx.Err())
-	case <-s.ctx.Done():
-		return rpctypes.ErrGRPCStopped
 	}
+}
+
+// sendToLeader forwards a call to the leader at addr.
+func (s *Server) sendToLeader(ctx context.Context, addr string, remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) *driver.Answer {
+	cc, err := s.peers.conn(addr)
+	if err != nil {
+		s.log.Warn("leader connection", "addr", addr, "err", err)
+		return &driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)}
+	}
+	rev, err := remote(s.forwardContext(ctx), cc)
+	return &driver.Answer{Rev: rev, Err: brokeOff(ctx, err)}
 }
 
 // peerTransport asks the leader for its read index over gRPC.

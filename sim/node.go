@@ -363,8 +363,9 @@ func (n *node) handle(c *call) {
 }
 
 // serve runs a call through the driver: a range at a read index, the rest
-// on the leader (forwarded calls come from another node and are not
-// sent on).
+// on the leader, where the driver's Attempt says (forwarded calls come
+// from another node and are not sent on). It is the server's lead in
+// callbacks: the simulator's IO answers later, in virtual time.
 func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
 	if c.done {
 		return
@@ -374,16 +375,22 @@ func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
 		return
 	}
 	var got answer
-	n.drv.Lead(driver.Call{
-		Local: func(done func(driver.Answer)) {
-			n.local(c, &got, func(err error) { done(driver.Answer{Rev: got.rev, Err: err}) })
-		},
-		Remote: func(addr string, done func(driver.Answer)) {
-			n.forward(c, addr, &got, func(err error) { done(driver.Answer{Rev: got.rev, Err: err}) })
-		},
-		Forwarded: forwarded,
-		Alive:     func() bool { return !c.done },
-	}, func(err error) { done(got, err) })
+	a := n.drv.Begin(forwarded)
+	var next func(prev *driver.Answer)
+	answered := func(err error) { next(&driver.Answer{Rev: got.rev, Err: err}) }
+	next = func(prev *driver.Answer) {
+		switch s := a.Next(prev, !c.done); s.Action {
+		case driver.RunLocal:
+			n.local(c, &got, answered)
+		case driver.SendToLeader:
+			n.forward(c, s.Addr, &got, answered)
+		case driver.WaitForLeader:
+			n.drv.AwaitLeader(func() { next(nil) })
+		default:
+			done(got, s.Err)
+		}
+	}
+	next(nil)
 }
 
 // local runs a call on this node if it leads: core.ErrNotLeader if not.
