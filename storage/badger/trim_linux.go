@@ -95,7 +95,9 @@ func (t *tableTrimmer) trim() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := t.dropOldValues(anon); err != nil {
+	// One read of the mappings a look, whichever part needs them first.
+	maps := sync.OnceValues(selfMaps)
+	if _, err := t.dropOldValues(anon, maps); err != nil {
 		return 0, err
 	}
 	if file <= max(t.budget-anon, t.budget/tablesShare) {
@@ -107,13 +109,13 @@ func (t *tableTrimmer) trim() (int64, error) {
 	if logs {
 		defer t.collecting.Unlock()
 	}
-	maps, err := selfMaps()
+	all, err := maps()
 	if err != nil {
 		return 0, fmt.Errorf("badger: trim tables: %w", err)
 	}
 	var n int64
 	high := t.doneBelow
-	for _, m := range maps {
+	for _, m := range all {
 		path := m.Pathname
 		if filepath.Dir(path) != t.dir {
 			continue
@@ -199,7 +201,7 @@ func (t *tableTrimmer) valuesKept(anon, tables, log int64) (keep int64, drop boo
 // files beyond valuesKept, newest first, and reports how many files it
 // dropped; only files badger has stopped writing, and not while the log
 // is collected (which deletes files).
-func (t *tableTrimmer) dropOldValues(anon int64) (int, error) {
+func (t *tableTrimmer) dropOldValues(anon int64, maps func() ([]*procfs.ProcMap, error)) (int, error) {
 	if t.memory <= 0 {
 		return 0, nil
 	}
@@ -209,7 +211,7 @@ func (t *tableTrimmer) dropOldValues(anon int64) (int, error) {
 		return 0, nil
 	}
 	defer t.collecting.Unlock()
-	maps, err := selfMaps()
+	all, err := maps()
 	if err != nil {
 		return 0, fmt.Errorf("badger: drop old values: %w", err)
 	}
@@ -220,7 +222,7 @@ func (t *tableTrimmer) dropOldValues(anon int64) (int, error) {
 	}
 	var logs []logMap
 	high := t.doneBelow
-	for _, m := range maps {
+	for _, m := range all {
 		if filepath.Dir(m.Pathname) != t.dir {
 			continue
 		}

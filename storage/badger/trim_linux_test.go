@@ -299,23 +299,23 @@ func TestOldValuesLeaveThePageCache(t *testing.T) {
 
 	tr := newTableTrimmer(e.db, dir, 8<<20, &e.defragging)
 	tr.memory = 0 // unknown: nothing is dropped
-	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+	if n, err := tr.dropOldValues(0, selfMaps); err != nil || n != 0 {
 		t.Fatalf("with the memory unknown: dropped %d files, %v", n, err)
 	}
 	tr.memory = 1 << 50 // room for everything
-	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+	if n, err := tr.dropOldValues(0, selfMaps); err != nil || n != 0 {
 		t.Fatalf("with room to spare: dropped %d files, %v", n, err)
 	}
 	// Memory for nothing but the least share: one file kept. The first
 	// look only learns which files badger is done with.
 	tr.memory = 1
 	for look, want := range []int{0, files - 1} {
-		if n, err := tr.dropOldValues(0); err != nil || n != want {
+		if n, err := tr.dropOldValues(0, selfMaps); err != nil || n != want {
 			t.Fatalf("look %d: dropped %d files, %v; want %d", look+1, n, err, want)
 		}
 	}
 	e.defragging.Lock()
-	if n, err := tr.dropOldValues(0); err != nil || n != 0 {
+	if n, err := tr.dropOldValues(0, selfMaps); err != nil || n != 0 {
 		t.Fatalf("while the log is collected: dropped %d files, %v", n, err)
 	}
 	e.defragging.Unlock()
