@@ -130,6 +130,12 @@ type Config struct {
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on the client
 	// and metrics URLs (--enable-pprof).
 	EnablePprof bool
+	// SlowRequestTraceDir, when set, keeps the last seconds of the Go
+	// execution trace in memory and writes them to this directory when a
+	// client's call takes longer than 100ms (at most one a minute, the
+	// newest 10 kept; read them with go tool trace)
+	// (--slow-request-trace-dir).
+	SlowRequestTraceDir string
 	// Metrics is basic or extensive (adds gRPC latency histograms)
 	// (--metrics).
 	Metrics string

@@ -154,6 +154,7 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 		ReadMemory: readMemory(cfg.ReadMemory, budget), Metrics: cfg.Metrics, MemoryBudget: budget,
 		Auth:           server.AuthConfig{Token: token, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost},
 		ClientCertAuth: cfg.ClientTLS.ClientCertAuth,
+		SlowTraceDir:   cfg.SlowRequestTraceDir,
 	}, a.eng)
 	if err != nil {
 		return err

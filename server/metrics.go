@@ -187,7 +187,7 @@ func (s *Server) serverOptions(l listener) []grpc.ServerOption {
 		grpc.Creds(terminatedTLS{count: s.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ChainUnaryInterceptor(gateUnary, s.metrics.grpc.UnaryServerInterceptor(), s.metrics.etcd.unary, s.admission.unary),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors(gateUnary)...),
 		grpc.ChainStreamInterceptor(gateStream, s.metrics.grpc.StreamServerInterceptor()),
 		grpc.ForceServerCodecV2(newCountingCodec(s.metrics.etcd)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ka.MinTime}),
@@ -223,4 +223,15 @@ func gauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// unaryInterceptors are the client listener's: the gate, the metrics, the
+// slow-request tracer if on (timing the call as the client sees it, past
+// the gate), and admission.
+func (s *Server) unaryInterceptors(gate grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
+	in := []grpc.UnaryServerInterceptor{gate, s.metrics.grpc.UnaryServerInterceptor(), s.metrics.etcd.unary}
+	if s.slow != nil {
+		in = append(in, s.slow.unary)
+	}
+	return append(in, s.admission.unary)
 }

@@ -75,6 +75,11 @@ type Config struct {
 	// Metrics is etcd's --metrics: MetricsBasic (default) or
 	// MetricsExtensive (adds gRPC latency histograms).
 	Metrics string
+	// SlowTraceDir, when set, keeps the last seconds of the Go execution
+	// trace in memory and writes them there when a client's unary call
+	// takes longer than SlowTraceAfter (0: etcd's 100ms apply warning).
+	SlowTraceDir   string
+	SlowTraceAfter time.Duration
 	// MemoryBudget is the memory budget in force (0: none), reported in
 	// metrics.
 	MemoryBudget int64
@@ -145,6 +150,7 @@ type Server struct {
 
 	metrics   *metrics
 	admission *admission
+	slow      *slowTracer // nil: no slow-request traces
 	reads     *readBudget
 	jobs      chan func() // work items for idle exec workers
 	compact   *compactor
@@ -226,6 +232,13 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		}})
 	s.metrics = newMetrics(s)
 	s.admission = newAdmission(cfg.MaxInflight)
+	if cfg.SlowTraceDir != "" {
+		var err error
+		if s.slow, err = newSlowTracer(cfg.SlowTraceDir, cmp.Or(cfg.SlowTraceAfter, slowApplyAfter), cfg.Logger); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	s.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
@@ -283,6 +296,9 @@ func (s *Server) Close() {
 	s.cancel()
 	s.peers.close()
 	s.work.Wait()
+	if s.slow != nil {
+		s.slow.stop()
+	}
 }
 
 // wallClock is the members' shared clock: wall time, since election

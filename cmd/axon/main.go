@@ -89,6 +89,7 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.AutoCompactionRetention, "auto-compaction-retention", f.AutoCompactionRetention, "history to keep: a duration or hours (periodic), a revision count (revision); 0 turns auto-compaction off")
 	fl.DurationVar(&f.ProgressNotifyInterval, "experimental-watch-progress-notify-interval", f.ProgressNotifyInterval, "how often watches with progress_notify get a progress notification")
 	fl.BoolVar(&f.EnablePprof, "enable-pprof", f.EnablePprof, "serve net/http/pprof under /debug/pprof/ on the client and metrics URLs")
+	fl.StringVar(&f.SlowRequestTraceDir, "slow-request-trace-dir", f.SlowRequestTraceDir, "keep the last seconds of the Go execution trace in memory and write them here when a client's call takes longer than 100ms (at most one a minute, the newest 10 kept; open with go tool trace)")
 	fl.StringVar(&f.Metrics, "metrics", f.Metrics, "metrics to export: basic, or extensive (adds gRPC latency histograms)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	fl.DurationVar(&f.LeaderLease, "leader-lease", f.LeaderLease, "how long a leader holds leadership without renewing; a crashed leader is replaced after about this long")
