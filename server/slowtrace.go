@@ -45,7 +45,6 @@ type slowTracer struct {
 
 	mu      sync.Mutex
 	last    time.Time // when the last trace was started
-	writing bool
 	stopped bool
 	done    sync.WaitGroup
 }
@@ -75,24 +74,21 @@ func (t *slowTracer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, err
 }
 
-// slow writes the trace in the background, unless one is being written
-// or was less than slowTraceEvery ago.
+// slow writes the trace in the background, unless the last was started
+// less than slowTraceEvery ago (writing one takes well under that).
 func (t *slowTracer) slow(method string, took time.Duration) {
 	now := time.Now()
 	t.mu.Lock()
-	if t.stopped || t.writing || (!t.last.IsZero() && now.Sub(t.last) < slowTraceEvery) {
+	if t.stopped || now.Sub(t.last) < slowTraceEvery {
 		t.mu.Unlock()
 		return
 	}
-	t.writing, t.last = true, now
+	t.last = now
 	t.done.Add(1)
 	t.mu.Unlock()
 	go func() {
 		defer t.done.Done()
 		path, err := t.write(now, method, took)
-		t.mu.Lock()
-		t.writing = false
-		t.mu.Unlock()
 		if err != nil {
 			t.log.Warn("request took too long; writing its execution trace failed", "method", method, "took", took, "err", err)
 			return
@@ -104,8 +100,8 @@ func (t *slowTracer) slow(method string, took time.Duration) {
 // write saves the recorder's trace as slow-<time>-<method>.trace and
 // removes the oldest past slowTracesKept.
 func (t *slowTracer) write(now time.Time, method string, took time.Duration) (string, error) {
-	name := fmt.Sprintf("%s%s-%s-%dms.trace", slowTracePrefix, now.UTC().Format("20060102T150405.000"),
-		method[strings.LastIndexByte(method, '/')+1:], took.Milliseconds())
+	_, short := splitMethod(method)
+	name := fmt.Sprintf("%s%s-%s-%dms.trace", slowTracePrefix, now.UTC().Format("20060102T150405.000"), short, took.Milliseconds())
 	path := filepath.Join(t.dir, name)
 	f, err := os.Create(path)
 	if err != nil {
