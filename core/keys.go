@@ -109,6 +109,9 @@ func LatestKey(key []byte) []byte {
 	return appendEscaped(append(make([]byte, 0, len(key)+8), spacePrefix(spaceLatest)...), key)
 }
 
+// IsLatestKey reports whether b is in the space of latest records.
+func IsLatestKey(b []byte) bool { return headerOK(b, spaceLatest) }
+
 // DecodeLatestKey returns the raw key of a LatestKey encoding.
 func DecodeLatestKey(b []byte) ([]byte, error) {
 	if !headerOK(b, spaceLatest) {

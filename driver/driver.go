@@ -85,6 +85,10 @@ type Config struct {
 	// Binary names this binary in the format record an auth change writes
 	// (auth.AuthWrites).
 	Binary string
+	// KeyCacheBytes bounds the cache of latest records the leader's
+	// writes left (keycache.go), so a write of a key written before
+	// reads no engine table; 0: no cache.
+	KeyCacheBytes int64
 	// Testing plants bugs for the simulator; production leaves it zero.
 	Testing TestingKnobs
 }
@@ -97,6 +101,10 @@ type TestingKnobs struct {
 	// snapshot after may leave the leader trusting a store without the
 	// change, once the deadline passed.
 	KeepGenOnFailedAuth bool
+	// KeepKeysOnUncertain: an uncertain commit leaves the key cache's
+	// entries of the keys it wrote, so a write that landed after all is
+	// evaluated against the record from before it.
+	KeepKeysOnUncertain bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -116,6 +124,7 @@ type Driver struct {
 	readBusy      bool
 	known         atomic.Int64 // the newest commit point learned
 	auth          authState
+	keys          *keyCache // nil: none
 	// engineDeadline is the member's, read once: its config changes
 	// under the lock.
 	engineDeadline time.Duration
@@ -131,7 +140,15 @@ func New(cfg Config) *Driver {
 		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
 	}
 	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){},
-		engineDeadline: cfg.Member.Config().EngineDeadline}
+		engineDeadline: cfg.Member.Config().EngineDeadline, keys: newKeyCache(cfg.KeyCacheBytes)}
+}
+
+// KeyCacheStats reports the key cache's use (zero without one).
+func (d *Driver) KeyCacheStats() KeyCacheStats {
+	if d.keys == nil {
+		return KeyCacheStats{}
+	}
+	return d.keys.Stats()
 }
 
 // Member is the driven member; read it only with the lock held.
@@ -198,7 +215,19 @@ func (d *Driver) Done(w *core.Work, r Result) {
 		}
 		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", w.Kind.String(), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
 	}
-	d.Step(func(m *core.Member) { m.Done(w, r) }, nil)
+	d.Step(func(m *core.Member) {
+		if d.keys != nil && m.Owns(w) {
+			// Before m.Done releases the work's latches: the next write
+			// of these keys must find them as this one left them.
+			switch {
+			case r.Outcome == core.Committed:
+				d.keys.committed(r.Effects)
+			case r.Outcome == core.Uncertain && !d.cfg.Testing.KeepKeysOnUncertain:
+				d.keys.void(r.Effects)
+			}
+		}
+		m.Done(w, r)
+	}, nil)
 }
 
 var _ Dealer = (*Driver)(nil)
@@ -235,6 +264,9 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	}
 	if rd.RoleChanged {
 		d.auth.gen.Add(1) // another leader may have changed the auth store
+		if d.keys != nil {
+			d.keys.clear() // and any key
+		}
 		if d.m.Node() == nil {
 			// The node that held these requests is gone and will never
 			// answer them.

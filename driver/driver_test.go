@@ -53,11 +53,13 @@ func (c *fakeClock) advance(d time.Duration) {
 }
 
 // queueExec holds work until the test runs it against a memkv engine;
-// failPuts makes that many request commits fail as not applied.
+// failPuts makes that many request commits fail as not applied, and
+// uncertainPuts that many commit yet report an uncertain outcome.
 type queueExec struct {
-	eng      *memkv.Engine
-	queue    []*core.Work
-	failPuts int
+	eng           *memkv.Engine
+	queue         []*core.Work
+	failPuts      int
+	uncertainPuts int
 }
 
 func (e *queueExec) Exec(_ *driver.Driver, w *core.Work) { e.queue = append(e.queue, w) }
@@ -87,6 +89,10 @@ func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) 
 				continue
 			}
 			eff, out, _ := driver.Run(ctx, e.eng, w, d)
+			if w.Kind == core.WorkRequest && out == core.Committed && e.uncertainPuts > 0 {
+				e.uncertainPuts--
+				out = core.Uncertain
+			}
 			d.Done(w, driver.Result{Effects: eff, Outcome: out})
 		}
 	}
@@ -95,11 +101,20 @@ func (e *queueExec) drain(t *testing.T, d *driver.Driver, keep func(*core.Work) 
 // newLeader starts a driver of a member alone on its engine and runs its work
 // until it leads.
 func newLeader(t *testing.T) (*driver.Driver, *fakeClock, *queueExec, *core.Member) {
+	return newLeaderWith(t, nil)
+}
+
+// newLeaderWith is newLeader with a config edited by edit (if not nil).
+func newLeaderWith(t *testing.T, edit func(*driver.Config)) (*driver.Driver, *fakeClock, *queueExec, *core.Member) {
 	t.Helper()
 	clock := &fakeClock{now: time.Hour}
 	ex := &queueExec{eng: memkv.New()}
 	m := core.NewMember(core.MemberConfig{ID: "a.1", Addr: "a"})
-	d := driver.New(driver.Config{Member: m, Clock: clock, Exec: ex})
+	cfg := driver.Config{Member: m, Clock: clock, Exec: ex}
+	if edit != nil {
+		edit(&cfg)
+	}
+	d := driver.New(cfg)
 	for i := 0; i < 10 && !d.Step(nil, nil); i++ {
 		ex.drain(t, d, nil)
 	}

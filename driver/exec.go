@@ -21,15 +21,27 @@ type Dealer interface {
 // work that comes undealt is evaluated once, dealt by d only if it changes
 // keys, and evaluated again at its revision.
 func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
+	return apply(txn, w, d, nil)
+}
+
+// apply is Apply; written holds the latest records earlier requests of
+// the batch wrote, which the key cache must not answer for.
+func apply(txn storage.Txn, w *core.Work, d Dealer, written map[string]bool) (*core.Effects, error) {
 	if w.Kind == core.WorkBatch {
 		// Each request reads what the ones before it wrote.
 		effs := make([]*core.Effects, len(w.Batch))
+		written := map[string]bool{}
 		for i, sub := range w.Batch {
-			eff, err := Apply(txn, sub, d)
+			eff, err := apply(txn, sub, d, written)
 			if err != nil {
 				return nil, err
 			}
 			effs[i] = eff
+			for _, wr := range eff.Writes {
+				if core.IsLatestKey(wr.Key) {
+					written[string(wr.Key)] = true
+				}
+			}
 		}
 		return &core.Effects{Batch: effs}, nil
 	}
@@ -39,11 +51,18 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 		err error
 	)
 	undealt := w.Kind == core.WorkRequest && w.Rev == 0
+	var keys *keyCache
+	if dr, ok := d.(*Driver); ok {
+		keys = dr.keys
+	}
 	var la core.Lookahead
 	if _, ok := txn.(storage.BatchReader); ok {
 		// Predicted only where prefetch will read it: on Badger it was
 		// thrown away, at four allocations a create.
 		la = core.WorkLookahead(w)
+		if keys != nil {
+			la = keys.skipCached(la)
+		}
 	}
 	if m, perr := prefetch(txn, la); perr != nil {
 		return nil, perr
@@ -52,6 +71,9 @@ func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	} else if undealt {
 		// Evaluated twice: the second evaluation reads nothing again.
 		rd = newMemo(rd)
+	}
+	if keys != nil {
+		rd = cachedReader{Reader: rd, c: keys, written: written}
 	}
 	switch {
 	case undealt:

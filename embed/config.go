@@ -104,6 +104,12 @@ type Config struct {
 	// (--read-memory-bytes; 0: a quarter of the memory budget, at most
 	// 512 MiB; negative: no bound).
 	ReadMemory int64
+	// KeyCacheBytes bounds the leader's cache of key metadata (the
+	// latest record of each key it wrote), which spares a write of a
+	// cached key its engine read (--key-cache-bytes; 0: a 32nd of the
+	// memory budget, at most 256 MiB, or 64 MiB without a budget;
+	// negative: no cache).
+	KeyCacheBytes int64
 	// QuotaBackendBytes raises NOSPACE past this much data on disk
 	// (--quota-backend-bytes; 0: 2 GiB; negative: none).
 	QuotaBackendBytes int64
@@ -308,6 +314,22 @@ func readMemory(setting, budget int64) int64 {
 		return max(setting, 0)
 	case budget > 0:
 		return min(budget/4, maxReadMemory)
+	}
+	return 0
+}
+
+// maxKeyCache caps the default key cache: about two million keys.
+const maxKeyCache = 256 << 20
+
+// keyCache is the bound on the key cache for server.Config: the
+// setting's if given (negative: none), else a 32nd of the memory budget
+// up to maxKeyCache, or the server's default without a budget.
+func keyCache(setting, budget int64) int64 {
+	switch {
+	case setting != 0:
+		return setting
+	case budget > 0:
+		return max(min(budget/32, maxKeyCache), 1)
 	}
 	return 0
 }

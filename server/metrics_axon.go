@@ -95,6 +95,16 @@ var (
 		"The compact revision whose sweep finished: nothing it made unreachable is left in the engine.", nil, nil)
 	descBudget = prometheus.NewDesc("axon_memory_budget_bytes",
 		"The memory budget (--memory-budget-bytes, GOMEMLIMIT or 3/4 of the cgroup's limit); 0: none.", nil, nil)
+	descKeyCacheHits = prometheus.NewDesc("axon_key_cache_hits_total",
+		"Writes' reads of a key's latest record the leader's key cache answered, sparing an engine read (since this instance started).", nil, nil)
+	descKeyCacheMisses = prometheus.NewDesc("axon_key_cache_misses_total",
+		"Writes' reads of a key's latest record the key cache could not answer: they read the engine.", nil, nil)
+	descKeyCacheEvicted = prometheus.NewDesc("axon_key_cache_evicted_total",
+		"Keys the key cache dropped for room (--key-cache-bytes).", nil, nil)
+	descKeyCacheEntries = prometheus.NewDesc("axon_key_cache_entries",
+		"Keys whose latest record the leader's key cache holds.", nil, nil)
+	descKeyCacheBytes = prometheus.NewDesc("axon_key_cache_bytes",
+		"Bytes the key cache counts against --key-cache-bytes.", nil, nil)
 	descMemUsed = prometheus.NewDesc("axon_memory_used_bytes",
 		"Memory the Go runtime holds from the OS, less what it released: what the budget (Go's soft limit) bounds.", nil, nil)
 )
@@ -105,7 +115,8 @@ type axonNode struct{ s *Server }
 
 func (c *axonNode) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUncertain, descLatchWaiting, descRingEvents, descRingBytes, descRingEvicted,
-		descSweepTarget, descSweepDone, descBudget, descMemUsed} {
+		descSweepTarget, descSweepDone, descBudget, descMemUsed,
+		descKeyCacheHits, descKeyCacheMisses, descKeyCacheEvicted, descKeyCacheEntries, descKeyCacheBytes} {
 		ch <- d
 	}
 }
@@ -122,6 +133,12 @@ func (c *axonNode) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSweepTarget, float64(st.SweepTo))
 		gauge(descSweepDone, float64(st.SweepDone))
 	}
+	kc := c.s.drv.KeyCacheStats()
+	ch <- prometheus.MustNewConstMetric(descKeyCacheHits, prometheus.CounterValue, float64(kc.Hits))
+	ch <- prometheus.MustNewConstMetric(descKeyCacheMisses, prometheus.CounterValue, float64(kc.Misses))
+	ch <- prometheus.MustNewConstMetric(descKeyCacheEvicted, prometheus.CounterValue, float64(kc.Evicted))
+	gauge(descKeyCacheEntries, float64(kc.Entries))
+	gauge(descKeyCacheBytes, float64(kc.Bytes))
 	gauge(descBudget, float64(max(c.s.cfg.MemoryBudget, 0)))
 	gauge(descMemUsed, float64(goMemoryUsed()))
 }

@@ -198,6 +198,19 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s grew by %v over a txn, want %v", name, a-b, d)
 		}
 	}
+	// The puts wrote each key the txn uses: the key cache answers its
+	// three reads of latest records (the compare, the delete, the get),
+	// and its writes replace entries in place.
+	for name, d := range map[string]float64{"axon_key_cache_hits_total": 3, "axon_key_cache_misses_total": 0, "axon_key_cache_entries": 0} {
+		b, _ := sum(m, name)
+		a, _ := sum(after, name)
+		if a-b != d {
+			t.Errorf("%s grew by %v over a txn, want %v", name, a-b, d)
+		}
+	}
+	if v, _ := sum(after, "axon_key_cache_entries"); v < puts {
+		t.Errorf("axon_key_cache_entries = %v, want at least the %d keys put", v, puts)
+	}
 
 	// The lease gauge follows a revoke at once; expiries count as
 	// revokes, as etcd's lessor counts them.

@@ -69,6 +69,9 @@ type Config struct {
 	// ReadMemory bounds the bytes the answers of reads in flight hold: past
 	// it a list waits before copying more of its answer (0: no bound).
 	ReadMemory int64
+	// KeyCache bounds the leader's cache of key metadata, in bytes
+	// (driver.Config.KeyCacheBytes; 0: DefaultKeyCache; negative: none).
+	KeyCache int64
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
 	Quota Quota
@@ -214,7 +217,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	})
 	s.mcfg = s.member.Config()
 	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
-		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(),
+		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(), KeyCacheBytes: keyCache(cfg.KeyCache),
 		AuthSecret: func() ([]byte, error) {
 			secret := make([]byte, 32)
 			_, err := rand.Read(secret)
@@ -347,6 +350,17 @@ func (s *Server) roleChanged() {
 		ws.stop()
 		delete(s.watches, id)
 	}
+}
+
+// DefaultKeyCache is the key cache's bound when Config leaves it 0.
+const DefaultKeyCache = 64 << 20
+
+// keyCache is the key cache's bound for the setting (0: none).
+func keyCache(setting int64) int64 {
+	if setting == 0 {
+		return DefaultKeyCache
+	}
+	return max(setting, 0)
 }
 
 // describe renders the member for logs; called with s.mu held.

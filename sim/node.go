@@ -81,7 +81,8 @@ func (n *node) start() {
 		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
-		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, Testing: driver.TestingKnobs{KeepGenOnFailedAuth: n.w.cfg.Plants.KeepGenOnFailedAuth}, Hooks: driver.Hooks{
+		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeyCacheBytes: n.w.plan.KeyCacheBytes,
+		Testing: driver.TestingKnobs{KeepGenOnFailedAuth: n.w.cfg.Plants.KeepGenOnFailedAuth, KeepKeysOnUncertain: n.w.cfg.Plants.KeepKeysOnUncertain}, Hooks: driver.Hooks{
 			Check: func(m *core.Member) {
 				if nd := m.Node(); nd != nil {
 					n.w.checkTermLedOnce(n.id(), m.Term(), nd)

@@ -63,6 +63,12 @@ type Plants struct {
 	// (driver.ReadPrev), as a driver that forgot that step would; the
 	// watch check should then find prev_kv without its value.
 	SkipPrevReads bool
+	// KeepKeysOnUncertain plants a bug in the driver (its TestingKnobs):
+	// an uncertain commit leaves the key cache's entries of the keys it
+	// wrote, so when it landed after all the next write of those keys is
+	// evaluated against the records from before it; the checks should
+	// then find wrong versions or previous values.
+	KeepKeysOnUncertain bool
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +134,10 @@ type Plan struct {
 	// 64 events), so that watchers fall behind it and catch up from the
 	// engine mid-revision as well as at revision ends.
 	RingBytes int64
+	// KeyCacheBytes bounds the leader's key cache (driver.Config): by
+	// the seed's parity, room for a few entries (evicted all the time)
+	// or for every key. Not drawn, so that adding it moved no seed.
+	KeyCacheBytes int64
 	// SerializableShare of the plain reads are serializable: a follower
 	// answers them at the newest commit point it learned.
 	SerializableShare float64
@@ -198,6 +208,10 @@ func drawPlan(w *World) Plan {
 		p.CrashEvery = w.between(2*time.Second, 5*time.Second)
 	}
 	drawTraffic(w, &p)
+	p.KeyCacheBytes = 1 << 20
+	if w.cfg.Seed%2 == 0 {
+		p.KeyCacheBytes = 600
+	}
 	return p
 }
 
@@ -263,6 +277,7 @@ func (p Plan) traffic() string {
 	if p.RingBytes > 0 {
 		s += fmt.Sprintf(" ring=%dB", p.RingBytes)
 	}
+	s += fmt.Sprintf(" keycache=%dB", p.KeyCacheBytes)
 	if p.SerializableShare > 0 {
 		s += fmt.Sprintf(" serializable=%.0f%%", 100*p.SerializableShare)
 	}

@@ -370,3 +370,19 @@ func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.KeepGenOnFailedAuth = false })
 }
+
+// TestKeptKeysOnUncertainAreCaught plants a key cache that keeps what it
+// held for the keys an uncertain commit wrote: when that commit landed
+// after all, the next write of such a key is evaluated against the record
+// from before it (a version, a create revision, a previous value one
+// write behind). The swarm must find it within 100 seeds; the seed must
+// replay bit for bit, and pass without the plant.
+func TestKeptKeysOnUncertainAreCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, Plants: Plants{KeepKeysOnUncertain: true}}
+	r, ok := firstFailure(1, 100, cfg)
+	if !ok {
+		t.Fatal("100 seeds keeping cached keys across uncertain commits all passed: the checks see no stale metadata")
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.KeepKeysOnUncertain = false })
+}
