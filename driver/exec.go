@@ -19,7 +19,8 @@ type Dealer interface {
 // Apply evaluates w inside txn and buffers its writes there; the caller
 // commits (unless the effects are late) and reports with Outcome. Request
 // work that comes undealt is evaluated once, dealt by d only if it changes
-// keys, and evaluated again at its revision.
+// keys, and evaluated again at its revision. When d is a *Driver, its key
+// cache answers reads of latest records it holds (keycache.go).
 func Apply(txn storage.Txn, w *core.Work, d Dealer) (*core.Effects, error) {
 	return apply(txn, w, d, nil)
 }
