@@ -31,18 +31,14 @@ func apply(txn storage.Txn, w *core.Work, d Dealer, written map[string]bool) (*c
 	if w.Kind == core.WorkBatch {
 		// Each request reads what the ones before it wrote.
 		effs := make([]*core.Effects, len(w.Batch))
-		written := map[string]bool{}
+		earlier := map[string]bool{}
 		for i, sub := range w.Batch {
-			eff, err := apply(txn, sub, d, written)
+			eff, err := apply(txn, sub, d, earlier)
 			if err != nil {
 				return nil, err
 			}
 			effs[i] = eff
-			for _, wr := range eff.Writes {
-				if core.IsLatestKey(wr.Key) {
-					written[string(wr.Key)] = true
-				}
-			}
+			eachLatest(eff, func(wr core.Write) { earlier[string(wr.Key)] = true })
 		}
 		return &core.Effects{Batch: effs}, nil
 	}

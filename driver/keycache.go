@@ -92,7 +92,7 @@ func (c *keyCache) has(k []byte) bool {
 func (c *keyCache) committed(eff *core.Effects) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.each(eff, func(w core.Write) {
+	eachLatest(eff, func(w core.Write) {
 		if w.Delete {
 			c.remove(string(w.Key))
 			return
@@ -106,7 +106,7 @@ func (c *keyCache) committed(eff *core.Effects) {
 func (c *keyCache) void(eff *core.Effects) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.each(eff, func(w core.Write) {
+	eachLatest(eff, func(w core.Write) {
 		if _, ok := c.entries[string(w.Key)]; ok {
 			c.stats.Voids++
 			c.remove(string(w.Key))
@@ -132,8 +132,9 @@ func (c *keyCache) Stats() KeyCacheStats {
 	return s
 }
 
-// each calls fn for the latest-record writes of eff, a batch's in order.
-func (c *keyCache) each(eff *core.Effects, fn func(core.Write)) {
+// eachLatest calls fn for the latest-record writes of eff, a batch's in
+// order.
+func eachLatest(eff *core.Effects, fn func(core.Write)) {
 	if eff == nil {
 		return
 	}
@@ -143,7 +144,7 @@ func (c *keyCache) each(eff *core.Effects, fn func(core.Write)) {
 		}
 	}
 	for _, sub := range eff.Batch {
-		c.each(sub, fn)
+		eachLatest(sub, fn)
 	}
 }
 

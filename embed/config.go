@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
+	"github.com/axon-kv/axon/internal/memlimit"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
@@ -309,29 +310,7 @@ const maxReadMemory = 512 << 20
 // setting's if given (negative: none), else a quarter of the memory
 // budget up to maxReadMemory (none without a budget).
 func readMemory(setting, budget int64) int64 {
-	switch {
-	case setting != 0:
-		return max(setting, 0)
-	case budget > 0:
-		return min(budget/4, maxReadMemory)
-	}
-	return 0
-}
-
-// maxKeyCache caps the default key cache: about two million keys.
-const maxKeyCache = 256 << 20
-
-// keyCache is the bound on the key cache for server.Config: the
-// setting's if given (negative: none), else a 32nd of the memory budget
-// up to maxKeyCache, or the server's default without a budget.
-func keyCache(setting, budget int64) int64 {
-	switch {
-	case setting != 0:
-		return setting
-	case budget > 0:
-		return max(min(budget/32, maxKeyCache), 1)
-	}
-	return 0
+	return memlimit.Share(setting, budget, 4, maxReadMemory, 0)
 }
 
 // logger is the instance's logger.

@@ -151,7 +151,7 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 		Name: cfg.Name, ClientURLs: adv, PeerURLs: advPeer, PeerTLS: tl.dial, Logger: log,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval, MaxRequestBytes: cfg.MaxRequestBytes, AutoCompaction: ac,
 		KeepAlive: cfg.KeepAlive, Quota: quota, MaxConcurrentStreams: cfg.MaxConcurrentStreams, MaxInflight: cfg.MaxInflightRequests,
-		ReadMemory: readMemory(cfg.ReadMemory, budget), KeyCache: keyCache(cfg.KeyCacheBytes, budget), Metrics: cfg.Metrics, MemoryBudget: budget,
+		ReadMemory: readMemory(cfg.ReadMemory, budget), KeyCache: cfg.KeyCacheBytes, Metrics: cfg.Metrics, MemoryBudget: budget,
 		Auth:           server.AuthConfig{Token: token, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost},
 		ClientCertAuth: cfg.ClientTLS.ClientCertAuth,
 		SlowTraceDir:   cfg.SlowRequestTraceDir,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/internal/memlimit"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -70,7 +71,8 @@ type Config struct {
 	// it a list waits before copying more of its answer (0: no bound).
 	ReadMemory int64
 	// KeyCache bounds the leader's cache of key metadata, in bytes
-	// (driver.Config.KeyCacheBytes; 0: DefaultKeyCache; negative: none).
+	// (driver.Config.KeyCacheBytes; 0: a 32nd of MemoryBudget, at most
+	// 256 MiB, or 64 MiB without a budget; negative: none).
 	KeyCache int64
 	// Quota is etcd's --quota-backend-bytes and a floor of free disk
 	// space; past either the NOSPACE alarm is raised.
@@ -217,7 +219,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	})
 	s.mcfg = s.member.Config()
 	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
-		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(), KeyCacheBytes: keyCache(cfg.KeyCache),
+		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(), KeyCacheBytes: keyCache(cfg.KeyCache, cfg.MemoryBudget),
 		AuthSecret: func() ([]byte, error) {
 			secret := make([]byte, 32)
 			_, err := rand.Read(secret)
@@ -352,15 +354,17 @@ func (s *Server) roleChanged() {
 	}
 }
 
-// DefaultKeyCache is the key cache's bound when Config leaves it 0.
-const DefaultKeyCache = 64 << 20
+// Key cache bounds: a 32nd of the memory budget, at most maxKeyCache
+// (about two million keys), or noBudgetKeyCache without a budget.
+const (
+	maxKeyCache      = 256 << 20
+	noBudgetKeyCache = 64 << 20
+)
 
-// keyCache is the key cache's bound for the setting (0: none).
-func keyCache(setting int64) int64 {
-	if setting == 0 {
-		return DefaultKeyCache
-	}
-	return max(setting, 0)
+// keyCache is the key cache's bound for the setting (negative: none) and
+// the memory budget.
+func keyCache(setting, budget int64) int64 {
+	return memlimit.Share(setting, budget, 32, maxKeyCache, noBudgetKeyCache)
 }
 
 // describe renders the member for logs; called with s.mu held.

@@ -173,3 +173,16 @@ func memTotal(fs procfs.FS) (int64, bool) {
 	}
 	return int64(*mi.MemTotalBytes), true
 }
+
+// Share is the bound a memory setting gives: the setting if given
+// (negative: none, 0), else 1/part of the budget up to most, or without
+// when there is no budget.
+func Share(setting, budget, part, most, without int64) int64 {
+	switch {
+	case setting != 0:
+		return max(setting, 0)
+	case budget > 0:
+		return min(budget/part, most)
+	}
+	return without
+}

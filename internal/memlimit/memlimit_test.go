@@ -217,3 +217,17 @@ func fakeRoot(t *testing.T, files map[string]string) string {
 	}
 	return root
 }
+
+func TestShare(t *testing.T) {
+	for _, tc := range []struct{ setting, budget, want int64 }{
+		{0, 0, 7},         // no budget: the fallback
+		{0, 320, 10},      // a 32nd of the budget
+		{0, 1 << 40, 100}, // capped
+		{-1, 320, 0},      // off
+		{55, 1 << 40, 55}, // the setting wins
+	} {
+		if got := Share(tc.setting, tc.budget, 32, 100, 7); got != tc.want {
+			t.Errorf("Share(%d, %d) = %d, want %d", tc.setting, tc.budget, got, tc.want)
+		}
+	}
+}
