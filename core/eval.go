@@ -28,6 +28,10 @@ type Write struct {
 	// commit if it does (an engine assertion, or a read first; see
 	// driver.Buffer).
 	New bool
+	// Fresh, with New, says Key cannot exist: the node is its engine's
+	// only writer and dealt no revision this high before (FreshFrom). An
+	// engine without an assertion need not read it first.
+	Fresh bool
 }
 
 // Effects is what evaluating a work item produced: the engine writes to
@@ -103,7 +107,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	// engine that applied a deposed leader's transaction past its
 	// deadline), never to be overwritten; the engine refuses the commit
 	// then, and the revision is fenced and the request dealt again.
-	tx := &txnEval{rd: rd, rev: rev, term: w.Term, serial: w.Serial, committed: w.Committed, compacted: w.Compacted}
+	tx := &txnEval{rd: rd, rev: rev, term: w.Term, fresh: w.fresh, serial: w.Serial, committed: w.Committed, compacted: w.Compacted}
 	if undealt {
 		tx.seen = w.seen
 	}
@@ -163,6 +167,7 @@ func Redeal(rd Reader, w *Work, probe *Effects) (*Effects, error) {
 		return Evaluate(rd, w)
 	}
 	probe.probe = nil // finished once
+	tx.fresh = w.fresh
 	return tx.restamp(w.Rev, w.Term, probe.probeResp), nil
 }
 
@@ -300,6 +305,7 @@ type entry struct {
 type txnEval struct {
 	rd                   Reader
 	rev, term            int64
+	fresh                bool  // no record can exist at rev (Work.fresh)
 	seen                 int64 // undealt work: the newest touch it may meet (Work.seen)
 	serial               bool
 	committed, compacted int64
@@ -430,7 +436,7 @@ func (tx *txnEval) writes() []Write {
 		ws = append(ws, Write{Key: LatestKey(e.key), Value: AppendRecord(nil, &rec)})
 	}
 	ws = append(ws, tx.extra...)
-	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr), New: true})
+	return append(ws, Write{Key: RevisionKey(tx.rev), Value: AppendRevisionRecord(nil, &rr), New: true, Fresh: tx.fresh})
 }
 
 func (tx *txnEval) header() *pb.ResponseHeader { return &pb.ResponseHeader{Revision: tx.rev} }

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1172,6 +1173,102 @@ func TestExclusiveMember(t *testing.T) {
 	mb.step(10 * time.Second)
 	if mb.m.Role() != core.Leader {
 		t.Fatalf("an exclusive leader stepped down when a renewal was late: %s", core.DescribeMember(mb.m))
+	}
+}
+
+// TestExclusiveFreshRevisions: an exclusive member's revision records
+// are Fresh (an engine without Insert reads none first) only above every
+// revision stored and every revision its earlier terms dealt, whose
+// writes may still land; a shared engine's never are.
+func TestExclusiveFreshRevisions(t *testing.T) {
+	ctx := context.Background()
+	eng := memkv.New()
+	cfg := core.MemberConfig{ID: "n1", Lease: 3 * time.Second, EngineDeadline: time.Second, Exclusive: true}
+	a := &member{t: t, ctx: ctx, eng: eng, m: core.NewMember(cfg)}
+	a.step(0)
+	a.step(0)
+	put := func(mb *member, id core.RequestID, key string) *core.Work {
+		t.Helper()
+		mb.m.Node().Propose(id, putOp(key, "v"))
+		rd := mb.m.Ready()
+		if len(rd.Work) != 1 || rd.Work[0].Rev == 0 {
+			t.Fatalf("put %s: work %v; want one dealt", key, rd.Work)
+		}
+		return rd.Work[0]
+	}
+	fresh := func(w *core.Work) bool {
+		t.Helper()
+		txn, err := eng.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer txn.Rollback()
+		eff, err := core.Evaluate(storage.NewReader(txn), w)
+		if err != nil || len(eff.Writes) == 0 {
+			t.Fatalf("evaluate %s: %v", core.DescribeWork(w), err)
+		}
+		rec := eff.Writes[len(eff.Writes)-1]
+		if !bytes.Equal(rec.Key, core.RevisionKey(w.Rev)) || !rec.New {
+			t.Fatalf("last write of %s is not its New revision record", core.DescribeWork(w))
+		}
+		return rec.Fresh
+	}
+	run := func(w *core.Work) core.Outcome {
+		t.Helper()
+		eff, out, _ := driver.Run(ctx, eng, w, a.m)
+		a.m.Done(w, core.Result{Effects: eff, Outcome: out})
+		return out
+	}
+	w1 := put(a, 1, "a")
+	if !fresh(w1) {
+		t.Errorf("term 1's revision %d is not Fresh", w1.Rev)
+	}
+	if out := run(w1); out != core.Committed {
+		t.Fatalf("put a: %v", out)
+	}
+	// Two puts still in flight when the member steps down: another holder
+	// takes the record (exclusivity broken only to make it step down).
+	w2, w3 := put(a, 2, "b"), put(a, 3, "c")
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival := core.ElectionRecord{Holder: "rival", Term: 5, Deadline: time.Second}
+	if err := txn.Set(core.MetaKey(core.MetaLeader), core.AppendElectionRecord(nil, &rival)); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.step(2 * time.Second)
+	a.step(2 * time.Second)
+	if a.m.Role() != core.Leader || a.m.Term() != 6 {
+		t.Fatalf("after the record was taken: %s; want leading term 6", core.DescribeMember(a.m))
+	}
+	// The new term deals from above what is stored (w1), again at w2's and
+	// w3's revisions: those may still land, and must be checked.
+	w4, w5, w6 := put(a, 4, "d"), put(a, 5, "e"), put(a, 6, "f")
+	if w4.Rev != w2.Rev || w5.Rev != w3.Rev {
+		t.Fatalf("term 6 dealt %d, %d; want %d, %d again", w4.Rev, w5.Rev, w2.Rev, w3.Rev)
+	}
+	if fresh(w4) || fresh(w5) {
+		t.Errorf("revisions %d and %d, dealt by term 1 too, are Fresh in term 6", w4.Rev, w5.Rev)
+	}
+	if !fresh(w6) {
+		t.Errorf("revision %d, above every one dealt, is not Fresh", w6.Rev)
+	}
+	// Term 1's put lands late; term 6's at its revision must not.
+	if eff, out, _ := driver.Run(ctx, eng, w2, a.m); out != core.Committed {
+		t.Fatalf("term 1's late put: %v (%v)", out, eff)
+	}
+	if out := run(w4); out == core.Committed {
+		t.Errorf("term 6 overwrote term 1's record at %d", w4.Rev)
+	}
+	// A member sharing its engine never writes Fresh.
+	b := newLeader(t)
+	eng = b.eng
+	if w := put(b, 1, "a"); fresh(w) {
+		t.Errorf("a shared engine's revision %d is Fresh", w.Rev)
 	}
 }
 

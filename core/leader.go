@@ -206,7 +206,10 @@ type Member struct {
 	handingOver bool
 	leaseTick   time.Duration // when the node's leases were last scanned
 	node        *Node
-	ready       Ready
+	// dealt is the highest revision the member's earlier nodes dealt:
+	// their writes may still land after a new node starts.
+	dealt int64
+	ready Ready
 }
 
 // NewMember returns a follower that has not read the record yet.
@@ -358,6 +361,9 @@ func (m *Member) Transfer(to, addr string) error {
 
 func (m *Member) stepDown(why string) {
 	m.role = Follower
+	if m.node != nil {
+		m.dealt = max(m.dealt, m.node.next-1)
+	}
 	m.node = nil
 	m.transferTo, m.handingOver = nil, false
 	m.steppedDown = why
@@ -465,6 +471,11 @@ func (m *Member) recovered(st State, err error) {
 	}
 	cfg := m.cfg.Node
 	cfg.Term = m.term
+	if m.cfg.Exclusive {
+		// Alone on the engine: above what is stored and what this
+		// member dealt before, only this node writes revision records.
+		cfg.FreshFrom = max(st.Committed, m.dealt) + 1
+	}
 	m.node = NewNode(cfg, st)
 	m.ledTerm = m.term
 	m.node.Tick(m.now)

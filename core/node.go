@@ -27,6 +27,10 @@ type Config struct {
 	SweepBatch int
 	// Term is the leadership term the node deals in (Member sets it).
 	Term int64
+	// FreshFrom is the lowest revision no one but this node can have
+	// stored a record at (Member sets it for an exclusive member; 0:
+	// none). Its revision records at or above it are written Fresh.
+	FreshFrom int64
 }
 
 func (c Config) withDefaults() Config {

@@ -211,6 +211,7 @@ func (n *Node) prepare(w *Work, eager bool) {
 // assign deals w the next revision.
 func (n *Node) assign(w *Work) {
 	w.Rev = n.next
+	w.fresh = n.cfg.FreshFrom > 0 && w.Rev >= n.cfg.FreshFrom
 	n.next++
 	n.slots[w.Rev] = &slot{state: slotRunning, work: w}
 }

@@ -116,6 +116,8 @@ type Work struct {
 	seen int64
 	// batch is the WorkBatch a request runs in, if any.
 	batch *Work
+	// fresh says no record can exist at Rev (Config.FreshFrom).
+	fresh bool
 }
 
 // Outcome is what the engine said about a work's commit.

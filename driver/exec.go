@@ -93,8 +93,9 @@ func apply(txn storage.Txn, w *core.Work, d Dealer, written map[string]bool) (*c
 
 // Buffer buffers core's writes in txn, for its commit. A New write goes
 // to an engine's Insert, which checks at commit that the key is absent;
-// an engine without one reads the key first (which also puts it in the
-// transaction's conflict set) and fails with ErrConflict if it exists.
+// an engine without one reads the key first and fails with ErrConflict
+// if it exists, unless core knows it cannot (Fresh: on Badger, a read
+// per write that, key absent, still probes every memtable and level).
 func Buffer(txn storage.Txn, ws []core.Write) error {
 	ins, inserts := txn.(storage.Inserter)
 	for _, w := range ws {
@@ -104,7 +105,7 @@ func Buffer(txn storage.Txn, ws []core.Write) error {
 			err = txn.Delete(w.Key)
 		case w.New && inserts:
 			err = ins.Insert(w.Key, w.Value)
-		case w.New:
+		case w.New && !w.Fresh:
 			if _, err = txn.Get(w.Key); err == nil {
 				return fmt.Errorf("driver: new key %q exists: %w", w.Key, storage.ErrConflict)
 			}

@@ -53,6 +53,65 @@ func TestBufferNewKey(t *testing.T) {
 	}
 }
 
+// countingTxn is plainTxn counting its reads.
+type countingTxn struct {
+	storage.Txn
+	gets int
+}
+
+func (c *countingTxn) Get(key []byte) ([]byte, error) {
+	c.gets++
+	return c.Txn.Get(key)
+}
+
+// TestBufferFreshKey: a Fresh New write costs an engine without Insert no
+// read; Insert, where the engine has it, still checks it.
+func TestBufferFreshKey(t *testing.T) {
+	ctx := context.Background()
+	eng := memkv.New()
+	fresh := []core.Write{{Key: []byte("k"), Value: []byte("v"), New: true, Fresh: true}}
+	txn, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Rollback()
+	c := &countingTxn{Txn: txn}
+	if err := driver.Buffer(c, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.gets != 0 {
+		t.Errorf("a fresh write read %d keys; want none", c.gets)
+	}
+	notFresh := []core.Write{{Key: []byte("k"), Value: []byte("w"), New: true}}
+	txn2, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn2.Rollback()
+	c2 := &countingTxn{Txn: txn2}
+	if err := driver.Buffer(c2, notFresh); !errors.Is(err, storage.ErrConflict) || c2.gets != 1 {
+		t.Errorf("a New write over an existing key: %v after %d reads; want ErrConflict after one", err, c2.gets)
+	}
+	txn3, err := eng.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn3.Rollback()
+	err = driver.Buffer(txn3, fresh)
+	if err == nil {
+		err = txn3.Commit(ctx)
+	}
+	if !errors.Is(err, storage.ErrConflict) {
+		t.Errorf("Insert of an existing key marked Fresh: %v; want ErrConflict", err)
+	}
+	if v, _ := eng.Peek([]byte("k")); string(v) != "v" {
+		t.Errorf("k = %q; want v", v)
+	}
+}
+
 // TestSettled: work that failed, came late or writes nothing is over
 // without a commit.
 func TestSettled(t *testing.T) {
