@@ -167,8 +167,7 @@ func Redeal(rd Reader, w *Work, probe *Effects) (*Effects, error) {
 		return Evaluate(rd, w)
 	}
 	probe.probe = nil // finished once
-	tx.fresh = w.fresh
-	return tx.restamp(w.Rev, w.Term, probe.probeResp), nil
+	return tx.restamp(w, probe.probeResp), nil
 }
 
 // restampable reports whether undealt work's evaluation equals its
@@ -196,18 +195,19 @@ func filtersByRevision(op *pb.RequestOp) bool {
 }
 
 // restamp turns a probe's evaluation (at probeRev) into the evaluation
-// at rev. The dealt evaluation would find the work late where a key it
+// at w's dealt revision rev. The dealt evaluation would find the work late where a key it
 // read was touched at rev or above; otherwise everything it computes is
 // the probe's with probeRev replaced by rev: the revisions of the records
 // and key-values the work wrote (a key is written at most once in a
 // request, ValidateTxn), of its events, and of its responses' headers.
-func (tx *txnEval) restamp(rev, term int64, resp *pb.ResponseOp) *Effects {
+func (tx *txnEval) restamp(w *Work, resp *pb.ResponseOp) *Effects {
+	rev := w.Rev
 	for _, e := range tx.order {
 		if e.orig != nil && e.orig.Touch >= rev {
 			return &Effects{Late: true}
 		}
 	}
-	tx.rev, tx.term, tx.seen = rev, term, 0
+	tx.rev, tx.term, tx.fresh, tx.seen = rev, w.Term, w.fresh, 0
 	for _, e := range tx.order {
 		if e.written && e.cur != nil {
 			e.cur.ModRev = stamp(e.cur.ModRev, rev)
