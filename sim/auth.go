@@ -299,7 +299,7 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 	mtx := txn.(*memkv.Txn)
 	ws, err := fn(storage.NewReader(txn))
 	if err == nil && len(ws) > 0 {
-		err = driver.Buffer(txn, ws)
+		err = driver.Buffer(n.w.writer(txn), ws)
 	}
 	if err != nil || len(ws) == 0 {
 		txn.Rollback()

@@ -224,16 +224,29 @@ func (w *World) explain(byRev map[int64][]core.Event) error {
 			ended[cl.in.lease] = true
 		}
 	}
+	// lastUse is the newest revision that attached a key to each lease:
+	// the lease was alive then, so no expiry applied below it.
+	lastUse := map[int64]int64{}
+	for rev, evs := range byRev {
+		for _, ev := range evs {
+			if l := ev.Kv.GetLease(); ev.Type == mvccpb.PUT && l != 0 {
+				lastUse[l] = max(lastUse[l], rev)
+			}
+		}
+	}
 	for _, a := range w.expiryAttempts {
 		if a.rev == 0 {
 			// An expiry of a lease without keys, never released: it
-			// applied if the lease record is gone and nothing else
-			// ended the lease.
+			// applied if the lease record is gone, nothing else ended
+			// the lease, and no key was attached to the lease after it
+			// (then it did not apply, and a later attempt did: a node
+			// that crashed with its expiry in flight, and the lease
+			// expired again by its successor).
 			gone, err := w.leaseGone(a.lease.id)
 			if err != nil {
 				return err
 			}
-			if gone && !ended[a.lease.id] {
+			if gone && !ended[a.lease.id] && a.readAt >= lastUse[a.lease.id] {
 				ended[a.lease.id] = true
 				w.expiries = append(w.expiries, expiry{lease: a.lease.id, rev: a.readAt, at: a.by})
 			}

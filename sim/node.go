@@ -26,6 +26,7 @@ type node struct {
 	drv           *driver.Driver
 	offset        time.Duration // clock offset from true virtual time
 	up            bool
+	crashed       time.Duration // when it last crashed
 	pausedUntil   time.Duration
 	isolated      bool
 	epoch         int                      // bumped by a crash: stale callbacks are dropped
@@ -77,7 +78,7 @@ func (n *node) start() {
 	n.authSnap = nil
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
-		MaxDrift: maxDrift, EngineDeadline: engineDeadline,
+		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
 		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: 16, MaxAttempts: 64, SweepBatch: 4},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
@@ -123,12 +124,19 @@ func (n *node) start() {
 // crash loses everything in memory; in-flight engine work is abandoned.
 func (n *node) crash() {
 	n.w.note("%s crash", n.id())
-	n.up = false
+	n.up, n.crashed = false, n.w.now
 	n.epoch++
 	for _, id := range n.subIDs() {
 		n.subs[id].c.watchBroken(n.subs[id].cw)
 	}
 	n.subs = nil
+}
+
+// restart starts the node again if it is still down.
+func (n *node) restart() {
+	if !n.up {
+		n.start()
+	}
 }
 
 // subIDs lists the node's watches in order: map order must never leak
@@ -236,7 +244,7 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 			_ = d.Deal(sub)
 		}
 	}
-	eff, err := driver.Apply(txn, wk, d)
+	eff, err := driver.Apply(n.w.writer(txn), wk, d)
 	if out, done := driver.Settled(eff, err); done {
 		txn.Rollback()
 		n.on(mtx.Delay(), "work read-only", func() { n.finish(d, wk, eff, out, err) })
@@ -269,6 +277,11 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 		}
 		if out != core.NotApplied {
 			n.recordAttempts(wk, eff)
+		}
+		if out == core.Uncertain && n.w.cfg.Exclusive && n.w.plan.CrashEvery > 0 && n.w.chance(0.5) {
+			// The process dies with its commit in flight.
+			n.w.crashNode("crash in commit", n)
+			return
 		}
 		n.on(mtx.Delay()-before, "committed", func() { n.finish(d, wk, eff, out, err) })
 	})

@@ -27,6 +27,15 @@ type Config struct {
 	// Porcupine also runs porcupine's search over the history (slow on
 	// long histories; the revision-order witness check always runs).
 	Porcupine bool
+	// Exclusive runs one node alone on an engine shaped like Badger's,
+	// as `axon serve` does by default: the member is exclusive
+	// (core.MemberConfig.Exclusive: it leads again at once after a
+	// restart, with revision records above what is stored Fresh), and
+	// the engine's transactions have no Insert, so the driver writes a
+	// Fresh record without reading its key first. A crashed node stays
+	// down until its writes have landed or never will: a process's
+	// writes end with it.
+	Exclusive bool
 }
 
 // Plants are bugs planted on purpose, each for a test that proves a check
@@ -69,11 +78,21 @@ type Plants struct {
 	// evaluated against the records from before it; the checks should
 	// then find wrong versions or previous values.
 	KeepKeysOnUncertain bool
+	// EarlyRestart plants a bug in an exclusive world: a crashed node
+	// comes back while its dead incarnation's writes may still land (as
+	// a server that opened its engine again before the old one's commits
+	// ended would), so a revision the new incarnation writes Fresh may
+	// already hold a record; the checks should then find that record
+	// overwritten.
+	EarlyRestart bool
 }
 
 func (c Config) withDefaults() Config {
 	if c.Nodes <= 0 {
 		c.Nodes = 3
+	}
+	if c.Exclusive {
+		c.Nodes = 1
 	}
 	if c.Clients <= 0 {
 		c.Clients = 6
@@ -208,6 +227,9 @@ func drawPlan(w *World) Plan {
 		p.CrashEvery = w.between(2*time.Second, 5*time.Second)
 	}
 	drawTraffic(w, &p)
+	if w.cfg.Exclusive {
+		p.TransferEvery = 0 // one node has no one to hand over to
+	}
 	p.KeyCacheBytes = 1 << 20
 	if w.cfg.Seed%2 == 0 {
 		p.KeyCacheBytes = 600

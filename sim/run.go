@@ -128,7 +128,9 @@ func (w *World) heal() {
 	for _, n := range w.nodes {
 		n.isolated = false
 		n.pausedUntil = 0
-		if !n.up {
+		if d := n.crashed + w.downFor() - w.now; !n.up && d > 0 {
+			w.after(d, "restart", n.restart)
+		} else if !n.up {
 			n.start()
 		}
 	}
@@ -147,6 +149,38 @@ func (w *World) describeNodes() string {
 	return s
 }
 
+// crashNode crashes n, a fault of the given kind, and restarts it after
+// restartDelay.
+func (w *World) crashNode(kind string, n *node) {
+	w.fault(kind, "%s", n.id())
+	n.crash()
+	w.after(w.restartDelay(), "restart", n.restart)
+}
+
+// downFor is how long a crashed node stays down at least. On an
+// exclusive world, until every commit of its dead incarnation has landed
+// or never will (the engine deadline, within which memkv applies a
+// delayed commit): no other instance can reach the engine, so the new
+// incarnation trusts that nothing it did not deal lands above what it
+// recovers.
+func (w *World) downFor() time.Duration {
+	if w.cfg.Exclusive && !w.cfg.Plants.EarlyRestart {
+		return engineDeadline
+	}
+	return 0
+}
+
+// restartDelay draws how long a crashed node stays down: at least
+// downFor; with the planted EarlyRestart, within the time its delayed
+// commits may still land in.
+func (w *World) restartDelay() time.Duration {
+	d := max(w.between(100*time.Millisecond, 3*time.Second), w.downFor())
+	if w.cfg.Exclusive && w.cfg.Plants.EarlyRestart {
+		d = w.between(0, w.plan.Engine.MaxApplyAfter)
+	}
+	return d
+}
+
 // scheduleFaults arms each fault kind of the plan.
 func (w *World) scheduleFaults() {
 	p := w.plan
@@ -155,13 +189,7 @@ func (w *World) scheduleFaults() {
 		if !n.up {
 			return
 		}
-		w.fault("crash", "%s", n.id())
-		n.crash()
-		w.after(w.between(100*time.Millisecond, 3*time.Second), "restart", func() {
-			if !n.up {
-				n.start()
-			}
-		})
+		w.crashNode("crash", n)
 	})
 	w.repeat(p.PauseEvery, "pause", func() {
 		n := w.nodes[w.rng.IntN(len(w.nodes))]

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -93,6 +94,20 @@ func newWorld(cfg Config) *World {
 	w.hist = newHistory()
 	return w
 }
+
+// writer is the transaction a node writes through. On an exclusive
+// world it is memkv's without Insert (and batched reads), as Badger's
+// has neither: the driver then reads a revision record's key before
+// writing it, unless core marks the record Fresh.
+func (w *World) writer(txn storage.Txn) storage.Txn {
+	if w.cfg.Exclusive {
+		return plainTxn{txn}
+	}
+	return txn
+}
+
+// plainTxn hides every interface of a transaction beyond storage.Txn.
+type plainTxn struct{ storage.Txn }
 
 // after schedules fn at now+d.
 func (w *World) after(d time.Duration, what string, fn func()) {

@@ -21,6 +21,7 @@ type simFlags struct {
 	parallel   int
 	ops        int
 	breakDrift bool
+	exclusive  bool
 	plants     sim.Plants
 	outDir     string
 }
@@ -43,22 +44,27 @@ func simCmd() *cobra.Command {
 	fl.Uint64Var(&f.first, "first", 1, "first seed of a swarm")
 	fl.IntVar(&f.parallel, "parallel", 2, "seeds run at once in a swarm")
 	fl.IntVar(&f.ops, "ops", 1000, "client operations per seed before healing")
+	fl.BoolVar(&f.exclusive, "exclusive", false, "run one exclusive node on a Badger-shaped engine, as axon serve does by default")
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
 	fl.Float64Var(&f.plants.SkipConflictChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
 	fl.BoolVar(&f.plants.DealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
 	fl.BoolVar(&f.plants.EarlyLeaseGone, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
 	fl.BoolVar(&f.plants.StaleAuthReads, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
 	fl.BoolVar(&f.plants.KeepGenOnFailedAuth, "keep-gen-on-failed-auth", false, "plant a bug: a failed auth change does not void the leader's auth loads under way (checks should fail)")
+	fl.BoolVar(&f.plants.EarlyRestart, "early-restart", false, "plant a bug: with --exclusive, a crashed node restarts while its commits may still land (checks should fail)")
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
 	return cmd
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Plants: f.plants, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Exclusive: f.exclusive, Plants: f.plants, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {
 	s := fmt.Sprintf("axon sim --seed %d --ops %d", seed, f.ops)
+	if f.exclusive {
+		s += " --exclusive"
+	}
 	if f.breakDrift {
 		s += " --break-drift"
 	}
@@ -76,6 +82,9 @@ func replayCommand(f simFlags, seed uint64) string {
 	}
 	if f.plants.KeepGenOnFailedAuth {
 		s += " --keep-gen-on-failed-auth"
+	}
+	if f.plants.EarlyRestart {
+		s += " --early-restart"
 	}
 	return s
 }
