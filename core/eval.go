@@ -195,11 +195,12 @@ func filtersByRevision(op *pb.RequestOp) bool {
 }
 
 // restamp turns a probe's evaluation (at probeRev) into the evaluation
-// at w's dealt revision rev. The dealt evaluation would find the work late where a key it
-// read was touched at rev or above; otherwise everything it computes is
-// the probe's with probeRev replaced by rev: the revisions of the records
-// and key-values the work wrote (a key is written at most once in a
-// request, ValidateTxn), of its events, and of its responses' headers.
+// at w's dealt revision rev, in w's term and freshness. The dealt
+// evaluation would find the work late where a key it read was touched at
+// rev or above; otherwise everything it computes is the probe's with
+// probeRev replaced by rev: the revisions of the records and key-values
+// the work wrote (a key is written at most once in a request,
+// ValidateTxn), of its events, and of its responses' headers.
 func (tx *txnEval) restamp(w *Work, resp *pb.ResponseOp) *Effects {
 	rev := w.Rev
 	for _, e := range tx.order {

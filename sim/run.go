@@ -128,9 +128,12 @@ func (w *World) heal() {
 	for _, n := range w.nodes {
 		n.isolated = false
 		n.pausedUntil = 0
-		if d := n.crashed + w.downFor() - w.now; !n.up && d > 0 {
+		if n.up {
+			continue
+		}
+		if d := n.crashed + w.downFor() - w.now; d > 0 {
 			w.after(d, "restart", n.restart)
-		} else if !n.up {
+		} else {
 			n.start()
 		}
 	}
@@ -174,11 +177,10 @@ func (w *World) downFor() time.Duration {
 // downFor; with the planted EarlyRestart, within the time its delayed
 // commits may still land in.
 func (w *World) restartDelay() time.Duration {
-	d := max(w.between(100*time.Millisecond, 3*time.Second), w.downFor())
 	if w.cfg.Exclusive && w.cfg.Plants.EarlyRestart {
-		d = w.between(0, w.plan.Engine.MaxApplyAfter)
+		return w.between(0, w.plan.Engine.MaxApplyAfter)
 	}
-	return d
+	return max(w.between(100*time.Millisecond, 3*time.Second), w.downFor())
 }
 
 // scheduleFaults arms each fault kind of the plan.
