@@ -282,8 +282,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		WithIndexCacheSize(sz.indexCache).
 		WithValueLogFileSize(valueLogFile(threshold)).
 		WithValueThreshold(threshold).
-		WithLogger(slogLogger{logger.With("component", "badger")}).
-		WithLoggingLevel(bdb.WARNING)
+		// Not WithLoggingLevel: it replaces the logger with badger's own.
+		WithLogger(slogLogger{logger.With("component", "badger")})
 	db, err := bdb.OpenManaged(bo)
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", dir, err)
@@ -339,7 +339,7 @@ func (e *Engine) gcLoop() {
 				return false // Close waits for the file in hand only
 			default:
 			}
-			err := e.db.RunValueLogGC(0.5)
+			err := e.collectOne()
 			if err == nil {
 				continue
 			}

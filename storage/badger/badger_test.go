@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,24 @@ func valuesInTheTables() Options {
 	o := quiet()
 	o.ValueThreshold = MaxValueThreshold
 	return o
+}
+
+// TestBadgerLogsThroughSlog: badger's warnings reach the engine's
+// logger, tagged as badger's, and its info does not.
+func TestBadgerLogsThroughSlog(t *testing.T) {
+	var buf bytes.Buffer
+	e := openWith(t, t.TempDir(), Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	defer e.Close()
+	l := e.db.Opts().Logger
+	l.Warningf("table %d is odd\n", 7)
+	l.Infof("chatter")
+	got := buf.String()
+	if !strings.Contains(got, `level=WARN msg="table 7 is odd" component=badger`) {
+		t.Errorf("badger's warning did not reach slog as one; the log has:\n%s", got)
+	}
+	if strings.Contains(got, "chatter") {
+		t.Errorf("badger's info reached slog:\n%s", got)
+	}
 }
 
 func TestConformance(t *testing.T) {
