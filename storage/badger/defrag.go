@@ -98,7 +98,7 @@ func (e *Engine) Defrag(ctx context.Context) error {
 			"flatten", flattenedAt.Sub(flushedAt), "value_log", time.Since(flattenedAt))
 	}()
 	for ctx.Err() == nil {
-		err := e.db.RunValueLogGC(0.5)
+		err := e.collectOne()
 		if errors.Is(err, bdb.ErrNoRewrite) || errors.Is(err, bdb.ErrRejected) {
 			break
 		}
