@@ -65,7 +65,7 @@ func nextCollected(dir string, ratio float64) (path string, size int64, ok bool)
 	}
 	slices.SortStableFunc(slots, func(a, b slot) int { return cmp.Compare(b.discard, a.discard) })
 	for _, s := range slots {
-		path := filepath.Join(dir, fmt.Sprintf("%06d.vlog", s.fid))
+		path := logPath(dir, s.fid)
 		fi, err := os.Stat(path)
 		if err != nil {
 			continue // collected already: badger clears its slot and looks again
@@ -76,4 +76,10 @@ func nextCollected(dir string, ratio float64) (path string, size int64, ok bool)
 		return path, fi.Size(), true
 	}
 	return "", 0, false
+}
+
+// logPath is the path of a value log file by its id, as badger names it
+// (the inverse of logID).
+func logPath(dir string, fid uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%06d.vlog", fid))
 }

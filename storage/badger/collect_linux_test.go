@@ -58,7 +58,7 @@ func BenchmarkCollectColdFile(b *testing.B) {
 				if !ok {
 					b.Fatal("no file to collect")
 				}
-				dropCached(b, path)
+				dropColdFile(b, path)
 				before := cpuTime(b)
 				b.StartTimer()
 				if err := bc.collect(e); err != nil {
@@ -71,9 +71,9 @@ func BenchmarkCollectColdFile(b *testing.B) {
 	}
 }
 
-// dropCached drops a mapped file's pages from the process and the page
-// cache.
-func dropCached(tb testing.TB, path string) {
+// dropColdFile drops a mapped file's pages from the process and the
+// page cache.
+func dropColdFile(tb testing.TB, path string) {
 	tb.Helper()
 	maps, err := selfMaps()
 	if err != nil {
@@ -82,18 +82,10 @@ func dropCached(tb testing.TB, path string) {
 	abs, _ := filepath.Abs(path)
 	for _, m := range maps {
 		if m.Pathname == abs {
-			if err := madvise(uint64(m.StartAddr), uintptr(m.EndAddr-m.StartAddr), unix.MADV_DONTNEED); err != nil {
+			if _, err := dropCached(uint64(m.StartAddr), uint64(m.EndAddr), abs); err != nil {
 				tb.Fatal(err)
 			}
 		}
-	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
-		tb.Fatal(err)
 	}
 }
 

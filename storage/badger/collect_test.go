@@ -82,7 +82,7 @@ func logFiles(t *testing.T, dir string) []string {
 func TestNextCollectedReadsTheDiscardFile(t *testing.T) {
 	dir := t.TempDir()
 	for fid, size := range map[int]int{1: 1000, 2: 1000, 3: 1000, 5: 1000} {
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%06d.vlog", fid)), make([]byte, size), 0o644); err != nil {
+		if err := os.WriteFile(logPath(dir, uint64(fid)), make([]byte, size), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestNextCollectedReadsTheDiscardFile(t *testing.T) {
 			path, size, ok := nextCollected(dir, collectRatio)
 			want := ""
 			if tc.want != 0 {
-				want = filepath.Join(dir, fmt.Sprintf("%06d.vlog", tc.want))
+				want = logPath(dir, uint64(tc.want))
 			}
 			if path != want || ok != (tc.want != 0) || (ok && size != 1000) {
 				t.Errorf("nextCollected = %q, %d, %v; want %q", path, size, ok, want)

@@ -244,22 +244,31 @@ func (t *tableTrimmer) dropOldValues(anon int64, maps func() ([]*procfs.ProcMap,
 			kept += int64(l.end - l.start)
 			continue
 		}
-		// Mapped pages stay cached: unmap them from the process first.
-		if err := madvise(l.start, uintptr(l.end-l.start), unix.MADV_DONTNEED); err != nil {
-			return dropped, fmt.Errorf("badger: drop old values of %s: %w", l.path, err)
-		}
-		fd, err := unix.Open(l.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // gone: nothing to drop
-		}
-		err = unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
-		unix.Close(fd)
+		gone, err := dropCached(l.start, l.end, l.path)
 		if err != nil {
 			return dropped, fmt.Errorf("badger: drop old values of %s: %w", l.path, err)
 		}
-		dropped++
+		if !gone {
+			dropped++
+		}
 	}
 	return dropped, nil
+}
+
+// dropCached drops a file's pages from the process (its mapping at
+// [start, end)) and from the page cache; gone reports a file already
+// removed, which has nothing to drop.
+func dropCached(start, end uint64, path string) (gone bool, err error) {
+	// Mapped pages stay cached: unmap them from the process first.
+	if err := madvise(start, uintptr(end-start), unix.MADV_DONTNEED); err != nil {
+		return false, err
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true, nil
+	}
+	defer unix.Close(fd)
+	return false, unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
 }
 
 // pin keeps every table badger holds in its levels mapped until release,
