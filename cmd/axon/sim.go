@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/axon-kv/axon/sim"
 )
@@ -27,18 +28,23 @@ type simFlags struct {
 }
 
 func simCmd() *cobra.Command {
-	var f simFlags
+	f := new(simFlags)
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the deterministic simulator: one seed (--seed) or a swarm (--seeds)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.seeds > 0 {
-				return simSwarm(cmd, f)
+				return simSwarm(cmd, *f)
 			}
-			return simOne(cmd, f)
+			return simOne(cmd, *f)
 		},
 	}
-	fl := cmd.Flags()
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// register defines the flags of axon sim on fl.
+func (f *simFlags) register(fl *pflag.FlagSet) {
 	fl.Uint64Var(&f.seed, "seed", 1, "the seed to run")
 	fl.IntVar(&f.seeds, "seeds", 0, "run this many seeds, from --first on")
 	fl.Uint64Var(&f.first, "first", 1, "first seed of a swarm")
@@ -47,13 +53,33 @@ func simCmd() *cobra.Command {
 	fl.BoolVar(&f.exclusive, "exclusive", false, "run one exclusive node on a Badger-shaped engine, as axon serve does by default")
 	fl.BoolVar(&f.breakDrift, "break-drift", false, "let one clock drift far past the bound leadership assumes (checks should fail)")
 	fl.Float64Var(&f.plants.SkipConflictChecks, "skip-conflict-checks", 0, "plant a bug: each engine commit skips its conflict check with this probability (checks should fail)")
-	fl.BoolVar(&f.plants.DealEagerly, "deal-eagerly", false, "plant a bug: deal every request a revision before knowing whether it writes (checks should fail)")
-	fl.BoolVar(&f.plants.EarlyLeaseGone, "early-lease-gone", false, "plant a bug: answer a keepalive 'not found' while its lease's expiry is in flight (checks should fail)")
-	fl.BoolVar(&f.plants.StaleAuthReads, "stale-auth-reads", false, "plant a bug: followers check reads against the auth store of their first snapshot (checks should fail)")
-	fl.BoolVar(&f.plants.KeepGenOnFailedAuth, "keep-gen-on-failed-auth", false, "plant a bug: a failed auth change does not void the leader's auth loads under way (checks should fail)")
-	fl.BoolVar(&f.plants.EarlyRestart, "early-restart", false, "plant a bug: with --exclusive, a crashed node restarts while its commits may still land (checks should fail)")
+	for _, p := range f.switches() {
+		fl.BoolVar(p.on, p.flag, false, "plant a bug: "+p.usage+" (checks should fail)")
+	}
 	fl.StringVar(&f.outDir, "out", "sim-failures", "where a failing seed writes its trace and history.html")
-	return cmd
+}
+
+// plantSwitch is a plant that is on or off: its flag, what it breaks,
+// and the knob it sets.
+type plantSwitch struct {
+	flag, usage string
+	on          *bool
+}
+
+// switches lists the plants that are switches, in the order the flags
+// and a replay command name them: one list, so that every plant has a
+// flag and every replay command names every plant that was on.
+func (f *simFlags) switches() []plantSwitch {
+	p := &f.plants
+	return []plantSwitch{
+		{"deal-eagerly", "deal every request a revision before knowing whether it writes", &p.DealEagerly},
+		{"early-lease-gone", "answer a keepalive 'not found' while its lease's expiry is in flight", &p.EarlyLeaseGone},
+		{"stale-auth-reads", "followers check reads against the auth store of their first snapshot", &p.StaleAuthReads},
+		{"keep-gen-on-failed-auth", "a failed auth change does not void the leader's auth loads under way", &p.KeepGenOnFailedAuth},
+		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &p.SkipPrevReads},
+		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &p.KeepKeysOnUncertain},
+		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
+	}
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
@@ -71,20 +97,10 @@ func replayCommand(f simFlags, seed uint64) string {
 	if f.plants.SkipConflictChecks > 0 {
 		s += fmt.Sprintf(" --skip-conflict-checks %g", f.plants.SkipConflictChecks)
 	}
-	if f.plants.DealEagerly {
-		s += " --deal-eagerly"
-	}
-	if f.plants.EarlyLeaseGone {
-		s += " --early-lease-gone"
-	}
-	if f.plants.StaleAuthReads {
-		s += " --stale-auth-reads"
-	}
-	if f.plants.KeepGenOnFailedAuth {
-		s += " --keep-gen-on-failed-auth"
-	}
-	if f.plants.EarlyRestart {
-		s += " --early-restart"
+	for _, p := range f.switches() {
+		if *p.on {
+			s += " --" + p.flag
+		}
 	}
 	return s
 }
