@@ -263,12 +263,7 @@ func dropCached(start, end uint64, path string) (gone bool, err error) {
 	if err := madvise(start, uintptr(end-start), unix.MADV_DONTNEED); err != nil {
 		return false, err
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return true, nil
-	}
-	defer unix.Close(fd)
-	return false, unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
+	return adviseFile(path, 0, unix.FADV_DONTNEED)
 }
 
 // pin keeps every table badger holds in its levels mapped until release,
