@@ -230,7 +230,14 @@ func (cfg *Config) Validate() error {
 	if cfg.Metrics != server.MetricsBasic && cfg.Metrics != server.MetricsExtensive {
 		return fmt.Errorf("--metrics %q: want basic or extensive", cfg.Metrics)
 	}
-	if err := cfg.checkPeerURLs(); err != nil {
+	us, err := cfg.urls()
+	if err != nil {
+		return err
+	}
+	if err := cfg.checkPeerURLs(us.peer); err != nil {
+		return err
+	}
+	if err := cfg.checkCertAuth(); err != nil {
 		return err
 	}
 	if _, err := autoCompaction(cfg.AutoCompactionMode, cfg.AutoCompactionRetention); err != nil {

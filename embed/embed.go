@@ -2,14 +2,12 @@ package embed
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/internal/memlimit"
+	"github.com/axon-kv/axon/internal/urls"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
 )
@@ -42,11 +41,10 @@ type failedFunc func() error
 type Axon struct {
 	log *slog.Logger
 
-	// ready, srv, health and failed are read by the metrics listeners,
-	// which serve before the rest exists.
+	// ready, srv and failed are read by the metrics listeners, which
+	// serve before the rest exists.
 	ready  atomic.Bool
 	srv    atomic.Pointer[server.Server]
-	health atomic.Pointer[http.HandlerFunc]
 	failed atomic.Pointer[failedFunc]
 
 	eng                            storage.Engine
@@ -85,14 +83,18 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	tl, err := cfg.listenTLS()
+	us, err := cfg.urls()
+	if err != nil {
+		return err
+	}
+	tl, err := cfg.listenTLS(us)
 	if err != nil {
 		return err
 	}
 	log := a.log
-	for _, u := range cfg.ListenPeerURLs {
-		if !isHTTPS(u) {
-			log.Warn("a plain http peer URL: calls between instances, with the tokens and data they carry, cross the network in clear; use https peer URLs with --peer-client-cert-auth off a trusted network", "url", u)
+	for _, u := range us.peer {
+		if !u.Secure() {
+			log.Warn("a plain peer URL: calls between instances, with the tokens and data they carry, cross the network in clear; use https peer URLs with --peer-client-cert-auth off a trusted network", "url", u.String())
 		}
 	}
 	budget, _ := memlimit.Budget(cfg.MemoryBudget)
@@ -101,7 +103,7 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 	// while the engine opens and the node recovers.
 	mux := a.metricsMux(cfg)
 	a.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if a.metricsLis, err = listenAll(cfg.ListenMetricsURLs, tl.client); err != nil {
+	if a.metricsLis, err = listenAll(us.metrics, tl.client); err != nil {
 		return err
 	}
 	for _, lis := range a.metricsLis {
@@ -115,10 +117,10 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 	// once the node has recovered: a port in use fails the start before
 	// the engine opens, and a port the system chose is known before the
 	// instance advertises it.
-	if a.clientLis, err = listenAll(cfg.ListenClientURLs, tl.client); err != nil {
+	if a.clientLis, err = listenAll(us.client, tl.client); err != nil {
 		return err
 	}
-	if a.peerLis, err = listenAll(cfg.ListenPeerURLs, tl.peer); err != nil {
+	if a.peerLis, err = listenAll(us.peer, tl.peer); err != nil {
 		return err
 	}
 
@@ -136,13 +138,13 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 		failed := failedFunc(fe.Failed)
 		a.failed.Store(&failed)
 	}
-	adv := cfg.AdvertiseClientURLs
+	adv := urls.Strings(us.advClient)
 	if len(adv) == 0 {
-		adv = bound(cfg.ListenClientURLs, a.clientLis)
+		adv = bound(us.client, a.clientLis)
 	}
-	advPeer := cfg.AdvertisePeerURLs
+	advPeer := urls.Strings(us.advPeer)
 	if len(advPeer) == 0 {
-		advPeer = bound(cfg.ListenPeerURLs, a.peerLis)
+		advPeer = bound(us.peer, a.peerLis)
 	}
 	srv, err := server.New(server.Config{
 		Core:      core.Config{MaxTxnOps: cfg.MaxTxnOps, MaxPending: cfg.MaxPendingWrites, RingBytes: cfg.WatchCacheBytes},
@@ -177,12 +179,10 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	healthH := serveHealth(a.lb.conn, srv.ObserveHealth)
-	a.health.Store(&healthH)
 	a.clientHTTP = clientHTTPServer(clientHTTP(gateway, mux))
 
-	log.Info("serving", "client", bound(cfg.ListenClientURLs, a.clientLis), "peer", bound(cfg.ListenPeerURLs, a.peerLis),
-		"metrics", bound(cfg.ListenMetricsURLs, a.metricsLis), "data-dir", cfg.DataDir)
+	log.Info("serving", "client", bound(us.client, a.clientLis), "peer", bound(us.peer, a.peerLis),
+		"metrics", bound(us.metrics, a.metricsLis), "data-dir", cfg.DataDir)
 	a.ready.Store(true)
 	a.errc = make(chan error, len(a.clientLis)+len(a.peerLis))
 	for _, lis := range a.clientLis {
@@ -314,51 +314,6 @@ func (a *Axon) release() error {
 		lis.Close() // if Serve has not taken it yet
 	}
 	return err
-}
-
-// listenAll listens on every URL; https ones hand out TLS connections
-// (the handshake runs in the connection's own goroutine).
-func listenAll(urls []string, cfg *tls.Config) ([]net.Listener, error) {
-	var out []net.Listener
-	for _, u := range urls {
-		addr, err := server.HostPort(u)
-		if err != nil {
-			return nil, err
-		}
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			for _, l := range out {
-				l.Close()
-			}
-			return nil, err
-		}
-		if isHTTPS(u) {
-			lis = tls.NewListener(lis, cfg)
-		}
-		out = append(out, lis)
-	}
-	return out, nil
-}
-
-// bound is urls with the port the system chose in place of each port 0.
-func bound(urls []string, lis []net.Listener) []string {
-	out := slices.Clone(urls)
-	for i, u := range urls {
-		addr, err := server.HostPort(u)
-		if err != nil || i >= len(lis) {
-			continue
-		}
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil || port != "0" {
-			continue
-		}
-		_, got, err := net.SplitHostPort(lis[i].Addr().String())
-		if err != nil {
-			continue
-		}
-		out[i] = strings.Replace(u, addr, net.JoinHostPort(host, got), 1)
-	}
-	return out
 }
 
 func addrs(lis []net.Listener) []string {

@@ -157,7 +157,14 @@ func TestBadConfigIsRefused(t *testing.T) {
 			c.ClientTLS.ClientCertAuth = true
 			c.ListenPeerURLs = []string{"http://127.0.0.1:0"}
 		}, "--client-cert-auth with --listen-peer-urls"},
-		{"a URL of another scheme", func(c *embed.Config) { c.ListenClientURLs = []string{"unix://axon.sock"} }, "want http or https"},
+		// etcd's own words (types.NewURLs) for URLs it refuses.
+		{"a URL of another scheme", func(c *embed.Config) { c.ListenClientURLs = []string{"tcp://127.0.0.1:0"} }, "URL scheme must be http, https, unix, or unixs: tcp://127.0.0.1:0"},
+		{"a URL without a scheme", func(c *embed.Config) { c.ListenPeerURLs = []string{"127.0.0.1:0"} },
+			`invalid value "127.0.0.1:0" for flag --listen-peer-urls: parse "127.0.0.1:0": first path segment in URL cannot contain colon`},
+		{"an upper-case URL without a port", func(c *embed.Config) { c.ListenMetricsURLs = []string{"HTTPS://127.0.0.1"} }, `URL address does not have the form "host:port": HTTPS://127.0.0.1`},
+		{"a URL with a path", func(c *embed.Config) { c.AdvertiseClientURLs = []string{"http://127.0.0.1:2379/v3"} }, "--advertise-client-urls: URL must not contain a path"},
+		{"peer certificates without a peer CA", func(c *embed.Config) { c.PeerTLS.ClientCertAuth = true }, "--peer-client-cert-auth without --peer-trusted-ca-file"},
+		{"client certificates without a CA", func(c *embed.Config) { c.ClientTLS.ClientCertAuth = true }, "--client-cert-auth without --trusted-ca-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t.TempDir())

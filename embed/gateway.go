@@ -14,7 +14,6 @@ import (
 	gw "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/soheilhy/cmux"
 	"github.com/tmc/grpc-websocket-proxy/wsproxy"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	etcdgw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"go.etcd.io/etcd/api/v3/version"
 	"google.golang.org/grpc"
@@ -25,9 +24,9 @@ import (
 	"github.com/axon-kv/axon/server"
 )
 
-// loopback is an in-memory connection to the gRPC server for the
-// handlers that speak HTTP: the JSON gateway and /health call the same
-// services a client does, without a socket or a TLS handshake.
+// loopback is an in-memory connection to the gRPC server for the JSON
+// gateway, which calls the same services a client does, without a
+// socket or a TLS handshake.
 type loopback struct {
 	lis  *bufconn.Listener
 	conn *grpc.ClientConn
@@ -108,80 +107,6 @@ func serveVersion(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(version.Versions{Server: server.Version, Cluster: server.Version, Storage: server.Version})
 	w.Write(b)
-}
-
-// health is etcd's /health answer.
-type health struct {
-	Health string `json:"health"`
-	Reason string `json:"reason"`
-}
-
-// healthTimeout is etcd's request timeout (5 s plus two election
-// timeouts), which bounds its /health range.
-const healthTimeout = 7 * time.Second
-
-// serveHealth answers /health as etcd does: false with the first active
-// alarm not named by ?exclude=, with no leader (unless
-// ?serializable=true), or when a one-key range fails; observe counts
-// each answer.
-func serveHealth(conn *grpc.ClientConn, observe func(healthy bool)) http.HandlerFunc {
-	kv, mt := pb.NewKVClient(conn), pb.NewMaintenanceClient(conn)
-	check := func(ctx context.Context, r *http.Request) health {
-		ctx, cancel := context.WithTimeout(ctx, healthTimeout)
-		defer cancel()
-		serializable := r.URL.Query().Get("serializable") == "true"
-		alarms, err := mt.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
-		if err != nil {
-			return health{"false", fmt.Sprintf("ALARM ERROR:%s", err)}
-		}
-		for _, a := range alarms.Alarms {
-			if excluded(r, a.Alarm.String()) {
-				continue
-			}
-			switch a.Alarm {
-			case pb.AlarmType_NOSPACE:
-				return health{"false", "ALARM NOSPACE"}
-			case pb.AlarmType_CORRUPT:
-				return health{"false", "ALARM CORRUPT"}
-			default:
-				return health{"false", "ALARM UNKNOWN"}
-			}
-		}
-		if !serializable {
-			st, err := mt.Status(ctx, &pb.StatusRequest{})
-			if err != nil || st.Leader == 0 {
-				return health{"false", "RAFT NO LEADER"}
-			}
-		}
-		if _, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("health"), KeysOnly: true, Limit: 1, Serializable: serializable}); err != nil {
-			return health{"false", fmt.Sprintf("RANGE ERROR:%s", err)}
-		}
-		return health{"true", ""}
-	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			w.Header().Set("Allow", http.MethodGet)
-			http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		h := check(r.Context(), r)
-		observe(h.Health == "true")
-		b, _ := json.Marshal(h)
-		if h.Health != "true" {
-			http.Error(w, string(b), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write(b)
-	}
-}
-
-func excluded(r *http.Request, alarm string) bool {
-	for _, q := range r.URL.Query()["exclude"] {
-		if q == alarm {
-			return true
-		}
-	}
-	return false
 }
 
 // serveClient serves one client listener: gRPC goes to g, HTTP/1.x and

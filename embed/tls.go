@@ -4,14 +4,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
+
+	"github.com/axon-kv/axon/internal/urls"
 )
 
 // TLSInfo is etcd's TLS settings of one side, clients or peers (the
@@ -47,17 +46,13 @@ var ErrNoCert = errors.New("an https URL needs --cert-file and --key-file (or --
 // info returns the TLS settings of side, generating a self-signed
 // certificate under dataDir/fixtures/side for auto-TLS, as etcd does.
 // hosts are the listener URLs the certificate is for.
-func (f TLSInfo) info(side, dataDir string, hosts []string, cfg *Config) (transport.TLSInfo, error) {
+func (f TLSInfo) info(side, dataDir string, hosts []urls.URL, cfg *Config) (transport.TLSInfo, error) {
 	info := transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.TrustedCAFile,
 		ClientCertAuth: f.ClientCertAuth, CRLFile: f.CRLFile, Logger: zap.NewNop()}
 	if info.Empty() && f.AutoTLS {
 		var hostPorts []string
-		for _, h := range hosts {
-			u, err := url.Parse(h)
-			if err != nil {
-				return info, err
-			}
-			hostPorts = append(hostPorts, u.Host)
+		for _, u := range hosts {
+			hostPorts = append(hostPorts, u.Host())
 		}
 		var err error
 		// One year, etcd's default --self-signed-cert-validity.
@@ -133,24 +128,24 @@ type listening struct {
 // metrics URLs take the client settings, https peer URLs the peer
 // settings. Instances dial each other with the peer settings, or,
 // without peer URLs, at the client URLs with the client settings.
-func (cfg *Config) listenTLS() (listening, error) {
+func (cfg *Config) listenTLS(us listenURLs) (listening, error) {
 	var l listening
-	if anyHTTPS(cfg.ListenClientURLs) || anyHTTPS(cfg.ListenMetricsURLs) {
-		info, err := cfg.ClientTLS.info("client", cfg.DataDir, cfg.ListenClientURLs, cfg)
+	if urls.AnySecure(us.client) || urls.AnySecure(us.metrics) {
+		info, err := cfg.ClientTLS.info("client", cfg.DataDir, us.client, cfg)
 		if err != nil {
 			return l, err
 		}
 		if l.client, err = serverTLS(info); err != nil {
 			return l, err
 		}
-		if len(cfg.ListenPeerURLs) == 0 && anyHTTPS(cfg.ListenClientURLs) {
+		if len(us.peer) == 0 && urls.AnySecure(us.client) {
 			if l.dial, err = clientTLS(info); err != nil {
 				return l, err
 			}
 		}
 	}
-	if anyHTTPS(cfg.ListenPeerURLs) {
-		info, err := cfg.PeerTLS.info("peer", cfg.DataDir, cfg.ListenPeerURLs, cfg)
+	if urls.AnySecure(us.peer) {
+		info, err := cfg.PeerTLS.info("peer", cfg.DataDir, us.peer, cfg)
 		if err != nil {
 			return l, err
 		}
@@ -170,12 +165,12 @@ func (cfg *Config) listenTLS() (listening, error) {
 // which such a set-up asks to keep off an unauthenticated, perhaps
 // plaintext, link. (The peer listener serves nothing but proved calls of
 // instances either way.)
-func (cfg *Config) checkPeerURLs() error {
+func (cfg *Config) checkPeerURLs(peer []urls.URL) error {
 	if !cfg.ClientTLS.ClientCertAuth {
 		return nil
 	}
-	for _, u := range cfg.ListenPeerURLs {
-		if !isHTTPS(u) {
+	for _, u := range peer {
+		if !u.Secure() {
 			return fmt.Errorf("--client-cert-auth with --listen-peer-urls %s: a plain peer URL takes instances without a certificate; use an https peer URL with --peer-client-cert-auth and --peer-trusted-ca-file", u)
 		}
 		if !cfg.PeerTLS.ClientCertAuth {
@@ -185,6 +180,15 @@ func (cfg *Config) checkPeerURLs() error {
 	return nil
 }
 
-func isHTTPS(u string) bool { return strings.HasPrefix(u, "https://") }
-
-func anyHTTPS(urls []string) bool { return slices.ContainsFunc(urls, isHTTPS) }
+// checkCertAuth refuses a side that requires certificates without a CA
+// to check them against: Go would take any certificate the system's
+// roots sign, a public CA's included.
+func (cfg *Config) checkCertAuth() error {
+	if cfg.ClientTLS.ClientCertAuth && cfg.ClientTLS.TrustedCAFile == "" {
+		return errors.New("--client-cert-auth without --trusted-ca-file: client certificates would be checked against the system's CAs; give --trusted-ca-file")
+	}
+	if cfg.PeerTLS.ClientCertAuth && cfg.PeerTLS.TrustedCAFile == "" {
+		return errors.New("--peer-client-cert-auth without --peer-trusted-ca-file: peer certificates would be checked against the system's CAs; give --peer-trusted-ca-file")
+	}
+	return nil
+}

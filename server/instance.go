@@ -42,18 +42,21 @@ const peerProofKey = "axon-peer-proof"
 
 // peerSecretKey names the instances' shared secret in the engine, beside
 // their presence records: outside the revisioned keyspace, created by
-// the first instance that calls another. A single instance never needs
-// one, so a store that only ever had one holds none.
+// the first instance of a shared engine that needs one (to seal a call,
+// or to check a proof). An exclusive engine has one instance, which
+// never needs one.
 const peerSecretKey = "peer-secret"
 
 // proofTTL bounds how long a proof may be replayed by someone who saw it
 // on a plaintext peer link; it covers the call's transit and the clock
-// drift between instances.
+// drift between instances. A receiver refuses a proof that claims to
+// live longer than this, by its own clock, plus the drift allowed.
 const proofTTL = 30 * time.Second
 
-// errNoPeerSecret: the engine holds no shared secret of the instances
-// yet, so no instance sealed the call at hand.
-var errNoPeerSecret = errors.New("axon: the instances have no shared secret yet")
+// secretRetry is how long an instance that failed to read or create the
+// shared secret answers from that failure before it tries the engine
+// again: anyone can send a proof, and none may cost an engine read each.
+const secretRetry = time.Second
 
 // errUnsent: a call to another instance was not sent, for want of the
 // secret to seal it with (the engine could not be read); it did not run.
@@ -86,20 +89,25 @@ func forwarded(ctx context.Context) bool {
 	return ok
 }
 
-// peerSecret is the instances' shared secret, read once found.
+// peerSecret is the instances' shared secret, read (or created) once.
 type peerSecret struct {
-	mu  sync.Mutex
-	val []byte
+	mu      sync.Mutex
+	val     []byte
+	err     error     // the last failure to read or create it
+	retryAt time.Time // when to try the engine again after err
 }
 
-// get returns the secret, reading it from the engine until it is found;
-// with create, it writes a new one if there is none, else an absent one
-// is errNoPeerSecret.
-func (p *peerSecret) get(ctx context.Context, eng storage.Engine, create bool) ([]byte, error) {
+// get returns the secret, reading it from the engine, or writing a new
+// one there if there is none, until it has it. After a failure it
+// answers with that failure for secretRetry without reading again.
+func (p *peerSecret) get(ctx context.Context, eng storage.Engine) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.val != nil {
 		return p.val, nil
+	}
+	if p.err != nil && time.Now().Before(p.retryAt) {
+		return nil, p.err
 	}
 	key := core.MetaKey(peerSecretKey)
 	var err error
@@ -107,20 +115,21 @@ func (p *peerSecret) get(ctx context.Context, eng storage.Engine, create bool) (
 	// and the other reads what it wrote next time round.
 	for range 3 {
 		var v []byte
-		if v, err = readOrCreate(ctx, eng, key, create); err == nil {
-			p.val = v
+		if v, err = readOrCreate(ctx, eng, key); err == nil {
+			p.val, p.err = v, nil
 			return v, nil
 		}
-		if errors.Is(err, errNoPeerSecret) || ctx.Err() != nil {
-			break
+		if ctx.Err() != nil {
+			return nil, err
 		}
 	}
+	p.err, p.retryAt = err, time.Now().Add(secretRetry)
 	return nil, err
 }
 
 // readOrCreate reads key; if it is absent, it writes 32 random bytes
-// there with create, and is errNoPeerSecret without.
-func readOrCreate(ctx context.Context, eng storage.Engine, key []byte, create bool) ([]byte, error) {
+// there.
+func readOrCreate(ctx context.Context, eng storage.Engine, key []byte) ([]byte, error) {
 	txn, err := eng.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -132,8 +141,6 @@ func readOrCreate(ctx context.Context, eng storage.Engine, key []byte, create bo
 		return v, nil
 	case !errors.Is(err, storage.ErrNotFound):
 		return nil, err
-	case !create:
-		return nil, errNoPeerSecret
 	}
 	v = make([]byte, 32)
 	_, _ = rand.Read(v)
@@ -149,7 +156,7 @@ func readOrCreate(ctx context.Context, eng storage.Engine, key []byte, create bo
 // prove returns ctx with the proof of an outgoing call to another
 // instance, vouching for the user forwardContext named.
 func (s *Server) prove(ctx context.Context) (context.Context, error) {
-	secret, err := s.peerSecret.get(ctx, s.eng, true)
+	secret, err := s.peerSecret.get(ctx, s.eng)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnsent, err)
 	}
@@ -179,18 +186,18 @@ func (s *Server) proveStream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 // admit decides whether a call may be served on a listener of kind l,
 // and returns its context: marked with the proof for another instance's
 // call. A proof that does not hold (forged, of another store's
-// instances, expired) counts for nothing: the call is a client's.
+// instances, expired, or living longer than any instance seals one for)
+// counts for nothing: the call is a client's. On an exclusive engine no
+// other instance exists, so no proof holds and none is checked.
 func (s *Server) admit(ctx context.Context, l listener, method string) (context.Context, error) {
 	if v := metadata.ValueFromIncomingContext(ctx, peerProofKey); len(v) > 0 {
-		secret, err := s.peerSecret.get(ctx, s.eng, false)
-		switch {
-		case errors.Is(err, errNoPeerSecret):
-			// No instance sealed this.
-		case err != nil:
-			// The engine could not be read: the call does not run.
-			return nil, status.Error(codes.Unavailable, "axon: reading the instances' shared secret: "+err.Error())
-		default:
-			if p, ok := auth.OpenPeerProof(secret, v[0], time.Now().UnixNano()); ok {
+		if !s.cfg.Exclusive {
+			secret, err := s.peerSecret.get(ctx, s.eng)
+			if err != nil {
+				// The engine could not be read: the call does not run.
+				return nil, status.Error(codes.Unavailable, "axon: reading the instances' shared secret: "+err.Error())
+			}
+			if p, ok := auth.OpenPeerProof(secret, v[0], time.Now().UnixNano(), int64(proofTTL+s.mcfg.MaxDrift)); ok {
 				return context.WithValue(ctx, instanceCallKey{}, p), nil
 			}
 		}

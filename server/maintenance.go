@@ -104,14 +104,14 @@ func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.A
 		return nil, toGRPC(err)
 	}
 	if r.Action == pb.AlarmRequest_GET {
-		alarmed, err := m.s.alarmed(ctx)
+		alarms, err := m.s.Alarms(ctx)
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, err
 		}
 		resp := &pb.AlarmResponse{Header: m.s.header(m.s.committed())}
-		if r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE {
-			for _, id := range alarmed {
-				resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: id, Alarm: pb.AlarmType_NOSPACE})
+		for _, a := range alarms {
+			if r.Alarm == pb.AlarmType_NONE || r.Alarm == a.Alarm {
+				resp.Alarms = append(resp.Alarms, a)
 			}
 		}
 		return resp, nil
@@ -144,6 +144,24 @@ func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.A
 		return pb.NewMaintenanceClient(cc).Alarm(ctx, r)
 	})
 }
+
+// Alarms lists the raised alarms as Alarm GET does, read by the
+// instance itself (no caller to authorize), for its health checks.
+func (s *Server) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
+	ids, err := s.alarmed(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	out := make([]*pb.AlarmMember, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, &pb.AlarmMember{MemberID: id, Alarm: pb.AlarmType_NOSPACE})
+	}
+	return out, nil
+}
+
+// HasLeader reports whether this instance knows a leader (etcd's health
+// answers RAFT NO LEADER without one).
+func (s *Server) HasLeader(ctx context.Context) bool { return s.leaderID(ctx) != 0 }
 
 // alarmed returns the member IDs of the raised NOSPACE alarms: the
 // leader knows them, other instances read them from the engine.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -341,23 +340,4 @@ func (s *Server) snapshotLed(ctx context.Context, serializable bool) (txn storag
 		}
 	}
 	return txn, c, compacted, led, nil
-}
-
-// HostPort returns the host:port of an http URL (a bare host:port is
-// taken as is), as etcd's URL flags and Axon's advertised URLs give them.
-func HostPort(u string) (string, error) {
-	if !strings.Contains(u, "://") {
-		return u, nil
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "", fmt.Errorf("bad URL %q: %w", u, err)
-	}
-	if p.Scheme != "http" && p.Scheme != "https" {
-		return "", fmt.Errorf("URL %q: want http or https", u)
-	}
-	if p.Host == "" {
-		return "", fmt.Errorf("URL %q: no host:port", u)
-	}
-	return p.Host, nil
 }

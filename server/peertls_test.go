@@ -160,7 +160,8 @@ func TestPeerListenerServesProvedCallsOnly(t *testing.T) {
 		{"no proof", ctx, codes.Unimplemented},
 		{"another secret's proof", proved([]byte("not the store's"), in(time.Minute)), codes.Unimplemented},
 		{"an expired proof", proved(secret, in(-time.Second)), codes.Unimplemented},
-		{"a proof", proved(secret, in(time.Minute)), codes.OK},
+		{"a proof sealed for a day", proved(secret, in(24*time.Hour)), codes.Unimplemented},
+		{"a proof", proved(secret, in(20*time.Second)), codes.OK},
 	} {
 		_, err := pb.NewKVClient(peer).Put(tc.ctx, &pb.PutRequest{Key: []byte("/peer"), Value: []byte(tc.name)})
 		if got := status.Code(err); got != tc.want {

@@ -16,6 +16,7 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/internal/memlimit"
+	"github.com/axon-kv/axon/internal/urls"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -474,26 +475,27 @@ func (s *Server) SetPeerURLs(urls []string) {
 	s.announceNow()
 }
 
-// advertised is the host:port other instances reach this one at.
+// advertised is the gRPC target other instances reach this one at.
 func (s *Server) advertised() string {
 	return peerAddr(s.cfg.PeerURLs, s.cfg.ClientURLs)
 }
 
-// peerAddr is the host:port of the first peer URL, or else of the first
-// client URL.
+// peerAddr is the gRPC target (host:port, or unix:PATH) of the first
+// peer URL, or else of the first client URL; "" if that URL does not
+// parse (urls.Parse, etcd's rules).
 func peerAddr(peerURLs, clientURLs []string) string {
-	urls := peerURLs
-	if len(urls) == 0 {
-		urls = clientURLs
+	us := peerURLs
+	if len(us) == 0 {
+		us = clientURLs
 	}
-	if len(urls) == 0 {
+	if len(us) == 0 {
 		return ""
 	}
-	addr, err := HostPort(urls[0])
+	u, err := urls.Parse(us[0])
 	if err != nil {
 		return ""
 	}
-	return addr
+	return u.Target()
 }
 
 // committed returns the commit point: the node's, or on a follower the

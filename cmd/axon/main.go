@@ -59,10 +59,10 @@ func serveCmd() *cobra.Command {
 	}
 	// Each flag's default is NewConfig's value of its field.
 	fl := cmd.Flags()
-	fl.StringSliceVar(&f.ListenClientURLs, "listen-client-urls", f.ListenClientURLs, "URLs to serve clients on (gRPC and the JSON gateway), comma-separated; http and https may be mixed")
+	fl.StringSliceVar(&f.ListenClientURLs, "listen-client-urls", f.ListenClientURLs, "URLs to serve clients on (gRPC and the JSON gateway), comma-separated: http://host:port, https://host:port (TLS with the client TLS flags), unix://path, unixs://path; http and https may be mixed")
 	fl.StringSliceVar(&f.AdvertiseClientURLs, "advertise-client-urls", f.AdvertiseClientURLs, "client URLs to advertise (default: the listen URLs)")
-	fl.StringSliceVar(&f.ListenMetricsURLs, "listen-metrics-urls", f.ListenMetricsURLs, "URLs to serve /health, /readyz and /metrics on (https uses the client TLS flags)")
-	fl.StringSliceVar(&f.ListenPeerURLs, "listen-peer-urls", f.ListenPeerURLs, "URLs other instances forward to (default: none, they use the client URLs); https uses the peer TLS flags")
+	fl.StringSliceVar(&f.ListenMetricsURLs, "listen-metrics-urls", f.ListenMetricsURLs, "URLs to serve /health, /livez, /readyz and /metrics on (https uses the client TLS flags)")
+	fl.StringSliceVar(&f.ListenPeerURLs, "listen-peer-urls", f.ListenPeerURLs, "URLs other instances forward to (default: none, they use the client URLs); https and unixs use the peer TLS flags")
 	fl.StringSliceVar(&f.AdvertisePeerURLs, "initial-advertise-peer-urls", f.AdvertisePeerURLs, "peer URLs to advertise (default: the listen peer URLs)")
 	registerEngine(fl, &f.Config)
 	f.tikvMock.register(fl)

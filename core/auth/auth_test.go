@@ -390,7 +390,7 @@ func TestPermissionChecksAgreeWithEtcdsIntervalTree(t *testing.T) {
 
 func TestAPeerProofIsTheInstancesAlone(t *testing.T) {
 	secret := []byte("secret")
-	const now = 1000
+	const now, maxLife = 1000, 30
 	alice := auth.PeerProof{Instance: "a", User: "alice", Expires: now + 1}
 	for _, tc := range []struct {
 		name string
@@ -404,14 +404,16 @@ func TestAPeerProofIsTheInstancesAlone(t *testing.T) {
 		{"another secret's", auth.SealPeerProof([]byte("other"), alice), auth.PeerProof{}},
 		{"a bare name", "root", auth.PeerProof{}},
 		{"tampered", auth.SealPeerProof(secret, alice)[1:], auth.PeerProof{}},
+		{"lives as long as sealed", auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", Expires: now + maxLife}), auth.PeerProof{Instance: "a", Expires: now + maxLife}},
+		{"lives longer than sealed", auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", User: "root", Expires: now + maxLife + 1}), auth.PeerProof{}},
 		{"the user moved to another proof", swapPayload(auth.SealPeerProof(secret, alice), auth.SealPeerProof(secret, auth.PeerProof{Instance: "a", User: "root", Expires: now + 1})), auth.PeerProof{}},
 	} {
-		got, ok := auth.OpenPeerProof(secret, tc.v, now)
+		got, ok := auth.OpenPeerProof(secret, tc.v, now, maxLife)
 		if got != tc.want || ok != (tc.want != auth.PeerProof{}) {
 			t.Errorf("%s: got %+v %v, want %+v", tc.name, got, ok, tc.want)
 		}
 	}
-	if _, ok := auth.OpenPeerProof(nil, auth.SealPeerProof(nil, alice), now); ok {
+	if _, ok := auth.OpenPeerProof(nil, auth.SealPeerProof(nil, alice), now, maxLife); ok {
 		t.Error("no secret took a proof")
 	}
 }

@@ -169,10 +169,11 @@ func peerProofMAC(secret, b []byte) []byte {
 	return m.Sum(nil)[:tokenMAC]
 }
 
-// OpenPeerProof returns the proof s holds if secret sealed it and it has
-// not expired at now; false for a malformed, forged or expired one, and
-// for any proof when there is no secret.
-func OpenPeerProof(secret []byte, s string, now int64) (PeerProof, bool) {
+// OpenPeerProof returns the proof s holds if secret sealed it, it has
+// not expired at now and it expires within maxLife of now; false for a
+// malformed, forged, expired or too long-lived one, and for any proof
+// when there is no secret.
+func OpenPeerProof(secret []byte, s string, now, maxLife int64) (PeerProof, bool) {
 	payload, mac, ok := strings.Cut(s, ".")
 	if !ok || len(secret) == 0 {
 		return PeerProof{}, false
@@ -186,7 +187,7 @@ func OpenPeerProof(secret []byte, s string, now int64) (PeerProof, bool) {
 	ver := d.uvarint()
 	p := PeerProof{Instance: string(d.bytes()), User: string(d.bytes())}
 	exp, n := binary.Varint(d.b)
-	if d.err != nil || ver != 1 || n <= 0 || n != len(d.b) || now >= exp {
+	if d.err != nil || ver != 1 || n <= 0 || n != len(d.b) || now >= exp || exp-now > maxLife {
 		return PeerProof{}, false
 	}
 	p.Expires = exp
