@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +161,17 @@ func (c *testCluster) awaitLeader() int {
 	}
 	c.t.Fatal("no leader after 10s")
 	return -1
+}
+
+// Endpoints and Describe make a testCluster a faultload.Cluster.
+func (c *testCluster) Endpoints() []string { return c.endpoints() }
+
+func (c *testCluster) Describe() string {
+	var state []string
+	for _, in := range c.ins {
+		state = append(state, fmt.Sprintf("%s up=%v leading=%v", in.name, in.up, in.up && in.srv.Leading()))
+	}
+	return strings.Join(state, ", ")
 }
 
 func (c *testCluster) endpoints() []string {

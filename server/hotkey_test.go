@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/faultload"
 	"github.com/axon-kv/axon/linearizability"
 	"github.com/axon-kv/axon/server"
 	badgerkv "github.com/axon-kv/axon/storage/badger"
@@ -96,9 +97,9 @@ type counterRun struct {
 	shape counterLoad
 	base  time.Time
 
-	// hist holds the history (rec) and every Txn (writes): its resolve
-	// (failover_test.go) settles the unanswered Txns from the engine.
-	hist loadRun
+	// hist holds the history and every Txn: its Resolve settles the
+	// unanswered Txns from the engine.
+	hist faultload.History
 
 	mu       sync.Mutex
 	acked    int            // Txns answered Succeeded
@@ -126,7 +127,7 @@ func startCounter(t *testing.T, shape counterLoad) *counterRun {
 	cfg := server.Config{Core: core.Config{RingSize: 1024}, MemberID: 1, ClusterID: 2, Name: "hot"}
 	_, cli, stop := serveEngine(t, eng, cfg)
 	return &counterRun{t: t, cli: cli, eng: eng, stop: stop, shape: shape, base: time.Now(),
-		hist: loadRun{t: t}, errs: map[string]int{}}
+		errs: map[string]int{}}
 }
 
 func (c *counterRun) now() int64 { return int64(time.Since(c.base)) }
@@ -166,9 +167,9 @@ func (c *counterRun) client(id int, until time.Time) {
 		}
 		// Values are unique, so the engine shows which Txn applied; the
 		// count is the number before the space.
-		w := &writeRec{kind: update, key: counterKey, value: fmt.Sprintf("%d c%d.%d", n+1, id, attempt), cmpRev: mod}
+		w := &faultload.Write{Kind: faultload.Update, Key: counterKey, Value: fmt.Sprintf("%d c%d.%d", n+1, id, attempt), CmpRev: mod}
 		if mod == 0 {
-			w.kind = create
+			w.Kind = faultload.Create
 		}
 		var cancelAfter time.Duration
 		if c.shape.cancelOneIn > 0 && rng.IntN(c.shape.cancelOneIn) == 0 {
@@ -185,14 +186,14 @@ func (c *counterRun) client(id int, until time.Time) {
 func (c *counterRun) get(id int) (n, mod int64, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.shape.timeout)
 	defer cancel()
-	op := c.hist.rec.Call(id, linearizability.RangeInput(&pb.RangeRequest{Key: []byte(counterKey)}), c.now())
+	op := c.hist.Rec.Call(id, linearizability.RangeInput(&pb.RangeRequest{Key: []byte(counterKey)}), c.now())
 	resp, err := c.cli.Get(ctx, counterKey)
 	if err != nil {
-		c.hist.rec.Unknown(op)
+		c.hist.Rec.Unknown(op)
 		c.failed("get", err)
 		return 0, 0, false
 	}
-	c.hist.rec.Return(op, linearizability.RangeOutput((*pb.RangeResponse)(resp)), c.now())
+	c.hist.Rec.Return(op, linearizability.RangeOutput((*pb.RangeResponse)(resp)), c.now())
 	if len(resp.Kvs) == 0 {
 		return 0, 0, true
 	}
@@ -201,9 +202,9 @@ func (c *counterRun) get(id int) (n, mod int64, ok bool) {
 
 // txn runs one compare-and-swap, cancelled after cancelAfter if that is
 // not 0, and reports whether it succeeded.
-func (c *counterRun) txn(id int, w *writeRec, cancelAfter time.Duration) bool {
-	cmp := modCmp(w.key, w.cmpRev)
-	put := &pb.PutRequest{Key: []byte(w.key), Value: []byte(w.value)}
+func (c *counterRun) txn(id int, w *faultload.Write, cancelAfter time.Duration) bool {
+	cmp := faultload.ModCmp(w.Key, w.CmpRev)
+	put := &pb.PutRequest{Key: []byte(w.Key), Value: []byte(w.Value)}
 	req := &pb.TxnRequest{Compare: []*pb.Compare{cmp}, Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: put}}}}
 	// The deadline, or the cancellation, cancels the call at the server
 	// too; the request may still be running there, and may land after
@@ -213,14 +214,12 @@ func (c *counterRun) txn(id int, w *writeRec, cancelAfter time.Duration) bool {
 	if cancelAfter > 0 {
 		defer time.AfterFunc(cancelAfter, cancel).Stop()
 	}
-	w.id = c.hist.rec.Call(id, linearizability.TxnInput(req), c.now())
-	resp, err := c.cli.Txn(ctx).If(clientv3.FromCompare(cmp)).Then(clientv3.OpPut(w.key, w.value)).Commit()
+	w.ID = c.hist.Rec.Call(id, linearizability.TxnInput(req), c.now())
+	resp, err := c.cli.Txn(ctx).If(clientv3.FromCompare(cmp)).Then(clientv3.OpPut(w.Key, w.Value)).Commit()
 	ret := c.now()
-	c.hist.mu.Lock()
-	c.hist.writes = append(c.hist.writes, w)
-	c.hist.mu.Unlock()
+	c.hist.AddWrite(w)
 	if err != nil {
-		c.hist.rec.Unknown(w.id)
+		c.hist.Rec.Unknown(w.ID)
 		c.failed("txn", err)
 		c.mu.Lock()
 		c.unknown++
@@ -234,8 +233,8 @@ func (c *counterRun) txn(id int, w *writeRec, cancelAfter time.Duration) bool {
 		return false
 	}
 	tr := (*pb.TxnResponse)(resp)
-	w.acked, w.resp = true, tr
-	c.hist.rec.Return(w.id, linearizability.TxnOutput(tr), ret)
+	w.Acked, w.Resp = true, tr
+	c.hist.Rec.Return(w.ID, linearizability.TxnOutput(tr), ret)
 	if tr.Succeeded {
 		c.mu.Lock()
 		c.acked++
@@ -294,7 +293,7 @@ func (c *counterRun) check() {
 	var final int64
 	ok := false
 	for range 5 {
-		if final, _, ok = c.get(finalClient); ok {
+		if final, _, ok = c.get(faultload.FinalClient); ok {
 			break
 		}
 	}
@@ -302,7 +301,7 @@ func (c *counterRun) check() {
 		t.Fatalf("final read failed: %v", c.errs)
 	}
 	c.stop()
-	evs := committedEvents(t, c.eng)
+	evs := faultload.CommittedEvents(t, c.eng)
 
 	// No lost update: every applied put counts one more than the put
 	// before it. Two Txns that compared the same mod revision and both
@@ -325,16 +324,16 @@ func (c *counterRun) check() {
 	// The same, as the clients saw it: no two acknowledged Txns compared
 	// the same mod revision.
 	lost = nil
-	won := map[int64]*writeRec{}
-	for _, w := range c.hist.writes {
-		if !w.acked || !w.resp.Succeeded {
+	won := map[int64]*faultload.Write{}
+	for _, w := range c.hist.Writes() {
+		if !w.Acked || !w.Resp.Succeeded {
 			continue
 		}
-		if other, ok := won[w.cmpRev]; ok {
+		if other, ok := won[w.CmpRev]; ok {
 			lost = append(lost, fmt.Sprintf("%s succeeded at r%d and %s at r%d",
-				other.describe(), other.resp.Header.Revision, w.describe(), w.resp.Header.Revision))
+				other.Describe(), other.Resp.Header.Revision, w.Describe(), w.Resp.Header.Revision))
 		}
-		won[w.cmpRev] = w
+		won[w.CmpRev] = w
 	}
 	reportAll(t, "two acknowledged Txns compared the same mod revision", lost)
 	// Uncertain Txns may have applied, so the count may only exceed the
@@ -347,15 +346,15 @@ func (c *counterRun) check() {
 		t.Errorf("final read %d: the engine holds %d, clients saw %d increments acknowledged", final, n, c.acked)
 	}
 
-	if err := c.hist.resolve(evs); err != nil {
+	if err := c.hist.Resolve(evs); err != nil {
 		t.Fatalf("ground truth: %v", err)
 	}
-	ops := c.hist.rec.Operations()
+	ops := c.hist.Rec.Operations()
 	if err := linearizability.CheckRevisionOrder(ops); err != nil {
 		t.Errorf("history of %d operations is not linearizable: %v", len(ops), err)
 	}
 	verdict := "skipped"
-	if budget := envDuration(t, "AXON_HOTKEY_PORCUPINE", counterPorcupine); budget > 0 {
+	if budget := faultload.EnvDuration(t, "AXON_HOTKEY_PORCUPINE", counterPorcupine); budget > 0 {
 		res, info := linearizability.Check(ops, budget)
 		verdict = string(res)
 		if res == porcupine.Illegal {
@@ -367,8 +366,9 @@ func (c *counterRun) check() {
 			}
 		}
 	}
+	applied, dropped := c.hist.Uncertain()
 	t.Logf("count %d: %d increments acknowledged, %d Txns unknown (%d timed out, %d cancelled; %d applied, %d not); %d clients out of time; %d operations, porcupine: %s; errors: %s",
-		n, c.acked, c.unknown, c.timedOut, c.canceled, c.hist.applied, c.hist.dropped, c.short, len(ops), verdict, result{errs: c.errs}.describeErrors())
+		n, c.acked, c.unknown, c.timedOut, c.canceled, applied, dropped, c.short, len(ops), verdict, faultload.DescribeErrors(c.errs))
 	if c.acked == 0 {
 		t.Errorf("no increment acknowledged in %v: the load did not run", counterLoadFor)
 	}

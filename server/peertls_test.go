@@ -17,6 +17,7 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
+	"github.com/axon-kv/axon/internal/faultload"
 	"github.com/axon-kv/axon/internal/testpki"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage/memkv"
@@ -53,7 +54,7 @@ func TestFailoverKillLeaderPeerTLS(t *testing.T) {
 			t.Fatalf("%s advertises peer URLs %v, want one https URL", m.Name, m.PeerURLs)
 		}
 	}
-	killLeaders(t, c, envInt(t, "AXON_FAILOVER_KILLS", 2))
+	killLeaders(t, c, faultload.EnvInt(t, "AXON_FAILOVER_KILLS", 2))
 }
 
 // TestPeerTLSRefusesAnUntrustedLeader: a follower whose trusted CA did

@@ -19,6 +19,7 @@ import (
 	"github.com/tikv/pd/client/pkg/caller"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/internal/faultload"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -212,7 +213,7 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 		f      *tikvFaults
 		pdDown *atomic.Bool
 		pdFail *atomic.Int64
-		ld     *loadRun
+		ld     *faultload.Load
 	}
 	tests := []struct {
 		name   string
@@ -220,7 +221,7 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 	}{
 		{"region errors on random RPCs", func(t *testing.T, e env) int64 {
 			e.f.mode.Store(faultRegionErrors)
-			e.ld.during(2 * time.Second)
+			e.ld.During(2 * time.Second)
 			e.f.mode.Store(faultNone)
 			return e.f.injected.Load()
 		}},
@@ -228,20 +229,20 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 			e.f.mode.Store(faultSplits)
 			start := time.Now()
 			for deadline := start.Add(10 * time.Second); (e.f.splits.Load() < 20 || time.Since(start) < time.Second) && time.Now().Before(deadline); {
-				e.ld.during(10 * time.Millisecond)
+				e.ld.During(10 * time.Millisecond)
 			}
 			e.f.mode.Store(faultNone)
 			return e.f.splits.Load()
 		}},
 		{"lost answers to Commit RPCs", func(t *testing.T, e env) int64 {
 			e.f.mode.Store(faultLostCommits)
-			e.ld.during(2 * time.Second)
+			e.ld.During(2 * time.Second)
 			e.f.mode.Store(faultNone)
 			return e.f.injected.Load()
 		}},
 		{"PD timestamps fail for 1 s", func(t *testing.T, e env) int64 {
 			e.pdDown.Store(true)
-			e.ld.during(time.Second)
+			e.ld.During(time.Second)
 			e.pdDown.Store(false)
 			return e.pdFail.Load()
 		}},
@@ -251,7 +252,7 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 			f := &tikvFaults{rng: rand.New(rand.NewPCG(uint64(i), 24)), lost: map[uint64]bool{}, cut: map[string]bool{}}
 			pdDown, pdFail := &atomic.Bool{}, &atomic.Int64{}
 			var sample [][]byte
-			for _, k := range loadKeys {
+			for _, k := range faultload.Keys {
 				sample = append(sample, []byte(k))
 			}
 			eng, err := tikv.NewMock(tikv.MockOptions{Regions: 4, Layout: core.RegionSplits, Sample: sample, WrapClient: f.wrap,
@@ -262,18 +263,18 @@ func TestTiKVFaultsUnderLoad(t *testing.T) {
 			t.Cleanup(func() { _ = eng.Close() })
 			t.Cleanup(func() { f.mode.Store(faultNone); pdDown.Store(false) })
 			c := startCluster(t, eng, 3)
-			ld := startLoad(t, c)
-			ld.awaitWrites(ld.now(), 100)
-			at := ld.now()
+			ld := faultload.Start(t, c)
+			ld.AwaitWrites(ld.Now(), 100)
+			at := ld.Now()
 			n := tc.inject(t, env{f: f, pdDown: pdDown, pdFail: pdFail, ld: ld})
-			ld.mark(at, tc.name)
+			ld.Mark(at, tc.name)
 			if n == 0 {
 				t.Fatal("no fault was injected")
 			}
-			ld.awaitWrites(ld.now(), 100)
-			res := ld.finish()
-			res.logWindows(t, tc.name)
-			t.Logf("%s: %d injected; %d client errors (%s); %d watch relists", tc.name, n, res.errors, res.describeErrors(), res.relists)
+			ld.AwaitWrites(ld.Now(), 100)
+			res := ld.Finish(c.eng)
+			res.LogWindows(t, tc.name)
+			t.Logf("%s: %d injected; %d client errors (%s); %d watch relists", tc.name, n, res.Errors, faultload.DescribeErrors(res.Errs), res.Relists)
 		})
 	}
 }
