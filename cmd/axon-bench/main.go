@@ -22,5 +22,6 @@ func main() {
 func rootCmd() *cobra.Command {
 	root, _, _ := newBenchCmd()
 	root.AddCommand(etcdRefCmd())
+	root.AddCommand(tikvServerCmd())
 	return root
 }
