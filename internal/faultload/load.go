@@ -79,7 +79,8 @@ type Load struct {
 	c       Cluster
 	base    time.Time
 	until   time.Time // maxLoad
-	clients []*clientv3.Client
+	clients []*clientv3.Client // of every endpoint (SetEndpoints)
+	pinned  []*clientv3.Client // of one endpoint each
 
 	stopc    chan struct{} // writers and readers stop
 	finalc   chan struct{} // watchers catch up to finalRev and stop
@@ -138,14 +139,28 @@ type watchRec struct {
 	ended  string
 }
 
+// Option changes a load's shape.
+type Option func(*options)
+
+type options struct{ pinned bool }
+
+// PinWatchers adds one list-watcher per endpoint whose client knows that
+// endpoint alone, so that every instance serves watches, and a watch of a
+// killed instance resumes there once it is back: for instances that come
+// back at the same address.
+func PinWatchers() Option { return func(o *options) { o.pinned = true } }
+
 // Start starts a load on c's endpoints, stopped when the test ends.
-func Start(t *testing.T, c Cluster) *Load {
+func Start(t *testing.T, c Cluster, opts ...Option) *Load {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	l := &Load{t: t, c: c, base: time.Now(), stopc: make(chan struct{}), finalc: make(chan struct{}), errs: map[string]int{}}
 	l.until = l.base.Add(maxLoad)
 	t.Cleanup(l.stop)
-	eps := c.Endpoints()
-	newClient := func() *clientv3.Client {
+	newClient := func(eps ...string) *clientv3.Client {
 		// Count watch streams: more than one per watch means clientv3
 		// resumed it on a new stream after the old one broke.
 		countStreams := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -159,6 +174,10 @@ func Start(t *testing.T, c Cluster) *Load {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return cli
+	}
+	all := func() *clientv3.Client {
+		cli := newClient(c.Endpoints()...)
 		l.clients = append(l.clients, cli)
 		return cli
 	}
@@ -166,15 +185,23 @@ func Start(t *testing.T, c Cluster) *Load {
 	// watches get their own streams and calls spread over endpoints.
 	for i := range nWriters {
 		l.workers.Add(1)
-		go l.writer(writerBase+i, newClient())
+		go l.writer(writerBase+i, all())
 	}
 	for i := range nReaders {
 		l.workers.Add(1)
-		go l.reader(readerBase+i, newClient())
+		go l.reader(readerBase+i, all())
 	}
 	for i := range nWatchers {
 		l.watchers.Add(1)
-		go l.listWatcher(watcherBase+i, newClient())
+		go l.listWatcher(watcherBase+i, all())
+	}
+	if o.pinned {
+		for i, ep := range c.Endpoints() {
+			cli := newClient(ep)
+			l.pinned = append(l.pinned, cli)
+			l.watchers.Add(1)
+			go l.listWatcher(watcherBase+nWatchers+i, cli)
+		}
 	}
 	return l
 }
@@ -493,7 +520,7 @@ func (l *Load) stop() {
 	l.endOnce.Do(func() {
 		close(l.finalc)
 		l.watchers.Wait()
-		for _, cli := range l.clients {
+		for _, cli := range slices.Concat(l.clients, l.pinned) {
 			cli.Close()
 		}
 	})
@@ -561,7 +588,7 @@ func (l *Load) Finish(eng storage.Engine) Result {
 	l.endOnce.Do(func() {
 		close(l.finalc)
 		l.watchers.Wait()
-		for _, cli := range l.clients {
+		for _, cli := range slices.Concat(l.clients, l.pinned) {
 			cli.Close()
 		}
 	})
