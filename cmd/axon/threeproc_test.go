@@ -249,6 +249,30 @@ func (c *procCluster) engine() *tikv.Engine {
 	return eng
 }
 
+// brokenReads are what an instance logs when a read found the engine
+// not as the store's invariants say: a latest record without the history
+// record of its revision is a snapshot older than the work's (a stale or
+// zero timestamp from PD: tsoGuard).
+var brokenReads = []string{"malformed engine record", "zero timestamp"}
+
+// checkLogs fails the test on any log line of an instance that says a
+// read went wrong, even if a retry hid it from the client.
+func (c *procCluster) checkLogs() {
+	for _, in := range c.ins {
+		b, err := os.ReadFile(in.log.Name())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, bad := range brokenReads {
+				if strings.Contains(line, bad) {
+					c.t.Errorf("%s: %s", in.name, line)
+				}
+			}
+		}
+	}
+}
+
 // awaitListener waits until addr takes connections, failing if the
 // process exits first.
 func awaitListener(t *testing.T, addr string, done <-chan struct{}) {
@@ -333,6 +357,7 @@ func TestThreeProcessesOverTiKV(t *testing.T) {
 	ld.AwaitWrites(ld.Now(), 150)
 
 	res := ld.Finish(c.engine())
+	c.checkLogs()
 	res.LogWindows(t, "process fault")
 	applied, dropped := ld.Uncertain()
 	t.Logf("%d leader kills: %d client errors (%s); %d watch relists; %d writes failed at the client and applied, %d not",

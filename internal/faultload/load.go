@@ -78,7 +78,7 @@ type Load struct {
 	t       *testing.T
 	c       Cluster
 	base    time.Time
-	until   time.Time // maxLoad
+	until   time.Time          // maxLoad
 	clients []*clientv3.Client // of every endpoint (SetEndpoints)
 	pinned  []*clientv3.Client // of one endpoint each
 

@@ -17,8 +17,8 @@ import (
 	kvstore "github.com/tikv/client-go/v2/tikv"
 	"github.com/tikv/client-go/v2/tikvrpc"
 	"github.com/tikv/client-go/v2/tikvrpc/interceptor"
-	"github.com/tikv/client-go/v2/txnkv"
 	"github.com/tikv/client-go/v2/txnkv/transaction"
+	"github.com/tikv/client-go/v2/util"
 
 	"github.com/axon-kv/axon/storage"
 )
@@ -96,18 +96,51 @@ func Open(ctx context.Context, pdEndpoints []string, opts Options) (*Engine, err
 			c.Security = config.NewSecurity(opts.CAPath, opts.CertPath, opts.KeyPath, nil)
 		})
 	}
-	cli, err := txnkv.NewClient(pdEndpoints)
+	store, err := newStore(pdEndpoints)
 	tlsMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("tikv: open %v: %w: %w", pdEndpoints, storage.ErrUnavailable, err)
 	}
 	// Fail now, not at the first request, if PD does not answer.
 	bo := kvstore.NewBackofferWithVars(ctx, transaction.TsoMaxBackoff, nil)
-	if _, err := cli.GetTimestampWithRetry(bo, oracle.GlobalTxnScope); err != nil {
-		_ = cli.Close()
+	if _, err := store.GetTimestampWithRetry(bo, oracle.GlobalTxnScope); err != nil {
+		_ = store.Close()
 		return nil, fmt.Errorf("tikv: open %v: timestamp: %w: %w", pdEndpoints, storage.ErrUnavailable, err)
 	}
-	return newEngine(&backend{store: cli.KVStore, scanConcurrency: concurrency(opts.ScanConcurrency)}), nil
+	return newEngine(&backend{store: store, scanConcurrency: concurrency(opts.ScanConcurrency)}), nil
+}
+
+// newStore is txnkv.NewClient's store (API V1, no keyspace), with the
+// PD client under tsoGuard.
+func newStore(pdEndpoints []string) (*kvstore.KVStore, error) {
+	pdc, err := kvstore.NewPDClient(pdEndpoints)
+	if err != nil {
+		return nil, err
+	}
+	codec := kvstore.NewCodecPDClient(kvstore.ModeTxn, util.NewInterceptedPDClient(tsoGuard{Client: pdc}))
+	cfg := config.GetGlobalConfig()
+	tlsConfig, err := cfg.Security.ToTLSConfig()
+	if err != nil {
+		pdc.Close()
+		return nil, err
+	}
+	spkv, err := kvstore.NewEtcdSafePointKV(pdEndpoints, tlsConfig)
+	if err != nil {
+		pdc.Close()
+		return nil, err
+	}
+	rpc := kvstore.NewRPCClient(kvstore.WithSecurity(cfg.Security), kvstore.WithCodec(codec.GetCodec()))
+	store, err := kvstore.NewKVStore(fmt.Sprintf("tikv-%v", codec.GetClusterID(context.TODO())), codec, spkv, rpc)
+	if err != nil {
+		_ = rpc.Close()
+		_ = spkv.Close()
+		pdc.Close()
+		return nil, err
+	}
+	if cfg.TxnLocalLatches.Enabled {
+		store.EnableTxnLocalLatches(cfg.TxnLocalLatches.Capacity)
+	}
+	return store, nil
 }
 
 func concurrency(n int) int {
