@@ -3,7 +3,7 @@ GO        ?= go
 DATA_DIR  ?= ./axon.data
 FUZZTIME  ?= 20s
 
-.PHONY: run test bench fuzz lint build axon axon-bench conformance sim test-kube bench-kube kube-apiserver
+.PHONY: run run-cluster test bench fuzz lint build axon axon-bench conformance sim test-kube bench-kube kube-apiserver
 
 # bin/axon is the server; bin/axon-bench the benchmark against etcd,
 # which runs the axon beside it.
@@ -17,6 +17,13 @@ axon-bench:
 
 run: axon
 	./bin/axon serve --data-dir $(DATA_DIR)
+
+# Production's shape on one machine: a TiKV-speaking endpoint (in memory,
+# for tests and demos) and three axon serve instances on loopback; it
+# prints their endpoints and how to kill the leader (README, "High
+# availability on one machine"). Ctrl-C stops them all.
+run-cluster: build
+	./scripts/run-cluster.sh
 
 test:
 	$(GO) vet ./...
