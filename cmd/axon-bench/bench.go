@@ -57,7 +57,22 @@ create/update/delete over 100,000 objects with a compaction every 5 minutes,
 then a defragmentation under the same writes; keys loads 0.1, 1, 3 and 10
 million keys of 1 KiB (etcd up to its 8 GiB quota) and measures gets,
 namespace lists, compaction, restart, memory and disk at each.
-With --quick each scenario takes well under a minute per system.`,
+With --quick each scenario takes well under a minute per system.
+
+--store tikv-cluster compares etcd with Axon in production's shape: an
+endpoint (axon-bench tikv-server: PD's and TiKV's gRPC over client-go's
+mock store, in memory, one region, --tikv-rpc-delay before each answer)
+and three axon serve --store tikv processes on it, all on this machine.
+Both systems run create, update (a CAS at the client's last revision),
+failed-cas and get at --clients (default 64), client i talking only to
+instance i%3; the systems alternate for --runs runs. Besides ops/s and
+latency it reports the calls to the endpoint per request by type (a call:
+a unary gRPC call, a BatchCommands entry, or a request on PD's Tso or
+QueryRegion stream), and with one client the sequential round trips; the
+instances' background work (leadership renewals, presence records,
+client-go's refreshes) counts too. A judged run:
+  axon-bench --store tikv-cluster --clients 1,64 --tikv-rpc-delay 0
+  axon-bench --store tikv-cluster --clients 1,64 --tikv-rpc-delay 500us`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE:         func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },

@@ -100,3 +100,26 @@ func TestFindAxon(t *testing.T) {
 		t.Errorf("axon beside and on PATH: got %q, %v; want %s", got, err, beside)
 	}
 }
+
+// TestStoreFlagRefusals: a --store the benchmark does not know, and a
+// tikv-mock flag given to tikv-cluster, are refused before anything runs.
+func TestStoreFlagRefusals(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", "tikv"}, "want tikv-mock or tikv-cluster"},
+		{[]string{"--store", "tikv-cluster", "--tikv-regions", "4"}, "--tikv-regions is for --store tikv-mock"},
+		{[]string{"--store", "tikv-cluster", "--workloads", "list"}, `unknown tikv workload "list"`},
+		{[]string{"--store", "tikv-cluster", "--tls"}, "plaintext only"},
+	} {
+		cmd := rootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append(tt.args, "--axon-binary", "/nonexistent/axon", "--work-dir", t.TempDir()))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("axon-bench %v: %v; want an error with %q", tt.args, err, tt.want)
+		}
+	}
+}

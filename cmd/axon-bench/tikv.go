@@ -19,29 +19,50 @@ type tikvBenchFlags struct {
 }
 
 func (f *tikvBenchFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.store, "store", "", "tikv-mock: instead of comparing with etcd, count the TiKV round trips of Axon's requests over an in-process mock TiKV (--tikv-rpc-delay, --tikv-regions)")
-	fl.DurationVar(&f.rpcDelay, "tikv-rpc-delay", time.Millisecond, "with --store tikv-mock: delay added to every TiKV RPC and PD timestamp call")
+	fl.StringVar(&f.store, "store", "", "tikv-mock: instead of comparing with etcd, count the TiKV round trips of Axon's requests over an in-process mock TiKV (--tikv-rpc-delay, --tikv-regions); "+
+		"tikv-cluster: compare with etcd Axon as production runs it, three axon serve --store tikv processes over one axon-bench tikv-server endpoint, and count the calls to the endpoint per request (--tikv-rpc-delay)")
+	fl.DurationVar(&f.rpcDelay, "tikv-rpc-delay", 0, "with --store tikv-mock: delay added to every TiKV RPC and PD timestamp call (default 1ms); "+
+		"with tikv-cluster: the endpoint's --rpc-delay, waited before it answers each PD and TiKV request (default 0)")
 	fl.IntVar(&f.regions, "tikv-regions", 16, "with --store tikv-mock: regions per key space (latest, history)")
 }
 
-// runTiKVBench runs `axon-bench --store tikv-mock`: create, update,
-// failed-cas and get at 1 and 64 clients unless --workloads and
-// --clients say otherwise. The mock runs in `axon serve --store
-// tikv-mock`.
+// runTiKVBench runs `axon-bench --store tikv-mock` or `--store
+// tikv-cluster`: create, update, failed-cas and get unless --workloads
+// says otherwise, at 1 and 64 clients (tikv-mock) or 64 (tikv-cluster)
+// unless --clients does.
 func runTiKVBench(ctx context.Context, cmd *cobra.Command, f benchFlags, o bench.Options) error {
-	if f.tikv.store != "tikv-mock" {
-		return fmt.Errorf("--store %q: want tikv-mock", f.tikv.store)
+	fl := cmd.Flags()
+	var workloads []string
+	if fl.Changed("workloads") {
+		workloads = o.Workloads
 	}
-	t := bench.TiKVOptions{RPCDelay: f.tikv.rpcDelay, Regions: f.tikv.regions}
-	if cmd.Flags().Changed("workloads") {
-		t.Workloads = o.Workloads
+	switch f.tikv.store {
+	case "tikv-mock":
+		t := bench.TiKVOptions{RPCDelay: f.tikv.rpcDelay, Regions: f.tikv.regions, Workloads: workloads}
+		if !fl.Changed("tikv-rpc-delay") {
+			t.RPCDelay = time.Millisecond
+		}
+		if !fl.Changed("clients") {
+			o.Clients = []int{1, 64}
+		}
+		rep, err := bench.RunTiKV(ctx, o, t)
+		if rep != nil {
+			err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
+		}
+		return err
+	case "tikv-cluster":
+		if fl.Changed("tikv-regions") {
+			return fmt.Errorf("--tikv-regions is for --store tikv-mock; the tikv-cluster endpoint serves one region")
+		}
+		c := bench.ClusterOptions{RPCDelay: f.tikv.rpcDelay, Workloads: workloads}
+		if !fl.Changed("clients") && !f.quick {
+			o.Clients = []int{64}
+		}
+		rep, err := bench.RunCluster(ctx, o, c)
+		if rep != nil {
+			err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
+		}
+		return err
 	}
-	if !cmd.Flags().Changed("clients") {
-		o.Clients = []int{1, 64}
-	}
-	rep, err := bench.RunTiKV(ctx, o, t)
-	if rep != nil {
-		err = writeReport(cmd, f.jsonPath, o.Log, rep, rep.Seconds, err)
-	}
-	return err
+	return fmt.Errorf("--store %q: want tikv-mock or tikv-cluster", f.tikv.store)
 }

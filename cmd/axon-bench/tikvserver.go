@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -11,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pingcap/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 
@@ -27,6 +32,7 @@ type tikvServerFlags struct {
 	restartPause    time.Duration
 	seed            uint64
 	mockLog         bool
+	metricsListen   string
 }
 
 // tikvServerCmd runs a TiKV-speaking endpoint over client-go's mock
@@ -63,7 +69,13 @@ Faults, as a real cluster has them:
   --restart-every, SIGHUP
                        restart: drop every connection and call in flight,
                        keep the address closed for --restart-pause, listen
-                       again on it; the data is kept`,
+                       again on it; the data is kept
+
+--metrics-listen serves, at /metrics in the Prometheus text format, the
+requests answered by type (each unary call, BatchCommands entry and Tso or
+QueryRegion stream request is one round trip), the timestamps handed out
+and the busy periods (times the requests in flight rose from none), as
+axon-bench --store tikv-cluster reads them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTiKVServer(cmd.Context(), f) },
 	}
@@ -76,6 +88,7 @@ Faults, as a real cluster has them:
 	fl.DurationVar(&f.restartEvery, "restart-every", 0, "restart the endpoint this often, keeping the data (0: only on SIGHUP)")
 	fl.DurationVar(&f.restartPause, "restart-pause", tikvserver.DefaultRestartPause, "how long a restart keeps the address closed")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the injected errors and splits (0: random)")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "host:port to serve the request counts on, at /metrics (empty: none)")
 	fl.BoolVar(&f.mockLog, "mock-log", false, "show the mock store's own log (it reports expected outcomes, such as a failed insert, as errors)")
 	return cmd
 }
@@ -109,6 +122,13 @@ func runTiKVServer(ctx context.Context, f tikvServerFlags) error {
 			logger.Error("tikv-server: close", "err", err)
 		}
 	}()
+	if f.metricsListen != "" {
+		stop, err := serveMetrics(f.metricsListen, s, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	logger.Warn("tikv-server: serving PD and TiKV from memory, for tests and demos: the data is lost at exit",
 		"pd-endpoints", s.Addr(), "rpc-delay", f.rpcDelay, "region-error-rate", f.regionErrorRate,
 		"region-errors", f.regionErrors, "split-every", f.splitEvery, "restart-every", f.restartEvery)
@@ -136,6 +156,28 @@ func runTiKVServer(ctx context.Context, f tikvServerFlags) error {
 			return err
 		}
 	}
+}
+
+// serveMetrics serves s's load counts at tikvserver.MetricsPath on addr
+// until stop. It listens before returning, so that a client that sees
+// the metrics answer knows the endpoint serves.
+func serveMetrics(addr string, s *tikvserver.Server, logger *slog.Logger) (stop func(), err error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collector())
+	mux := http.NewServeMux()
+	mux.Handle(tikvserver.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("tikv-server: metrics", "err", err)
+		}
+	}()
+	logger.Info("tikv-server: serving request counts", "url", "http://"+lis.Addr().String()+tikvserver.MetricsPath)
+	return func() { _ = hs.Close() }, nil
 }
 
 // logCalls logs how often each method was called, so a run shows what

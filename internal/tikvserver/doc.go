@@ -34,6 +34,17 @@
 // not hidden. Calls counts every method and batch entry served, and
 // Unimplemented those it answered so.
 //
+// # Counting round trips
+//
+// Load, and its Collector for a metrics listener, count the requests
+// answered as a client's round trips: a unary call, a BatchCommands entry,
+// a request on the Tso or QueryRegion stream each count once, by type;
+// opening a stream does not. They also count the busy periods, the times
+// the requests in flight (from arrival to answer, the delay included) rose
+// from none: with one client and nothing else calling, the sequential
+// round trips of its operations. A benchmark reads them before and after
+// a run and divides.
+//
 // # Faults
 //
 // Options inject what a real cluster does: a delay before each call, or

@@ -172,7 +172,13 @@ func (k *kvService) BatchCommands(stream tikvpb.Tikv_BatchCommandsServer) error 
 		for i, entry := range batch.GetRequests() {
 			name, do, err := k.batchEntry(entry)
 			k.s.calls.add("BatchCommands/" + name)
+			typ := name
+			if _, _, kv := batchRequest(entry); !kv {
+				typ = "BatchCommands/" + name
+			}
+			end := k.s.load.begin(typ)
 			if err != nil {
+				end()
 				k.s.logUnimplemented("BatchCommands/"+name, err)
 				return err
 			}
@@ -180,6 +186,7 @@ func (k *kvService) BatchCommands(stream tikvpb.Tikv_BatchCommandsServer) error 
 			running.Add(1)
 			go func() {
 				defer running.Done()
+				defer end() // after the answer is sent
 				resp, err := do(ctx)
 				if err != nil {
 					// Only a canceled stream gets here: the mock answers

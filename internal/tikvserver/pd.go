@@ -73,25 +73,31 @@ func (p *pdService) Tso(stream pdpb.PD_TsoServer) error {
 		if err != nil {
 			return err
 		}
-		if id := req.GetHeader().GetClusterId(); id != 0 && id != p.s.clusterID {
-			return status.Errorf(codes.FailedPrecondition, "mismatch cluster id, need %d but got %d", p.s.clusterID, id)
-		}
-		if req.GetCount() == 0 || req.GetCount() >= 1<<logicalBits {
-			return status.Errorf(codes.InvalidArgument, "tso count %d: want 1 to %d", req.GetCount(), 1<<logicalBits-1)
-		}
-		if err := p.s.wait(ctx); err != nil {
-			return err
-		}
-		physical, logical := p.s.tso.next(req.GetCount())
-		resp := &pdpb.TsoResponse{
-			Header:    p.header(),
-			Count:     req.GetCount(),
-			Timestamp: &pdpb.Timestamp{Physical: physical, Logical: logical},
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := p.tso(ctx, stream, req); err != nil {
 			return err
 		}
 	}
+}
+
+// tso answers one request of a Tso stream.
+func (p *pdService) tso(ctx context.Context, stream pdpb.PD_TsoServer, req *pdpb.TsoRequest) error {
+	defer p.s.load.begin(TSO)()
+	if id := req.GetHeader().GetClusterId(); id != 0 && id != p.s.clusterID {
+		return status.Errorf(codes.FailedPrecondition, "mismatch cluster id, need %d but got %d", p.s.clusterID, id)
+	}
+	if req.GetCount() == 0 || req.GetCount() >= 1<<logicalBits {
+		return status.Errorf(codes.InvalidArgument, "tso count %d: want 1 to %d", req.GetCount(), 1<<logicalBits-1)
+	}
+	p.s.load.addTimestamps(req.GetCount())
+	if err := p.s.wait(ctx); err != nil {
+		return err
+	}
+	physical, logical := p.s.tso.next(req.GetCount())
+	return stream.Send(&pdpb.TsoResponse{
+		Header:    p.header(),
+		Count:     req.GetCount(),
+		Timestamp: &pdpb.Timestamp{Physical: physical, Logical: logical},
+	})
 }
 
 // QueryRegion is the PD client's batched region lookup (its router
@@ -107,37 +113,43 @@ func (p *pdService) QueryRegion(stream pdpb.PD_QueryRegionServer) error {
 		if err != nil {
 			return err
 		}
-		if id := req.GetHeader().GetClusterId(); id != 0 && id != p.s.clusterID {
-			return status.Errorf(codes.FailedPrecondition, "mismatch cluster id, need %d but got %d", p.s.clusterID, id)
-		}
-		if err := p.s.wait(ctx); err != nil {
-			return err
-		}
-		resp := &pdpb.QueryRegionResponse{Header: p.header(), RegionsById: map[uint64]*pdpb.RegionResponse{}}
-		add := func(region *metapb.Region, leader *metapb.Peer, buckets *metapb.Buckets, down []*metapb.Peer) uint64 {
-			if region == nil {
-				return 0
-			}
-			r := &pdpb.RegionResponse{Region: region, Leader: leader, DownPeers: peerStats(down)}
-			if req.GetNeedBuckets() {
-				r.Buckets = buckets
-			}
-			resp.RegionsById[region.GetId()] = r
-			return region.GetId()
-		}
-		for _, key := range req.GetKeys() {
-			resp.KeyIdMap = append(resp.KeyIdMap, add(p.s.cluster.GetRegionByKey(key)))
-		}
-		for _, key := range req.GetPrevKeys() {
-			resp.PrevKeyIdMap = append(resp.PrevKeyIdMap, add(p.s.cluster.GetPrevRegionByKey(key)))
-		}
-		for _, id := range req.GetIds() {
-			add(p.s.cluster.GetRegionByID(id))
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := p.queryRegion(ctx, stream, req); err != nil {
 			return err
 		}
 	}
+}
+
+// queryRegion answers one request of a QueryRegion stream.
+func (p *pdService) queryRegion(ctx context.Context, stream pdpb.PD_QueryRegionServer, req *pdpb.QueryRegionRequest) error {
+	defer p.s.load.begin("PD/QueryRegion")()
+	if id := req.GetHeader().GetClusterId(); id != 0 && id != p.s.clusterID {
+		return status.Errorf(codes.FailedPrecondition, "mismatch cluster id, need %d but got %d", p.s.clusterID, id)
+	}
+	if err := p.s.wait(ctx); err != nil {
+		return err
+	}
+	resp := &pdpb.QueryRegionResponse{Header: p.header(), RegionsById: map[uint64]*pdpb.RegionResponse{}}
+	add := func(region *metapb.Region, leader *metapb.Peer, buckets *metapb.Buckets, down []*metapb.Peer) uint64 {
+		if region == nil {
+			return 0
+		}
+		r := &pdpb.RegionResponse{Region: region, Leader: leader, DownPeers: peerStats(down)}
+		if req.GetNeedBuckets() {
+			r.Buckets = buckets
+		}
+		resp.RegionsById[region.GetId()] = r
+		return region.GetId()
+	}
+	for _, key := range req.GetKeys() {
+		resp.KeyIdMap = append(resp.KeyIdMap, add(p.s.cluster.GetRegionByKey(key)))
+	}
+	for _, key := range req.GetPrevKeys() {
+		resp.PrevKeyIdMap = append(resp.PrevKeyIdMap, add(p.s.cluster.GetPrevRegionByKey(key)))
+	}
+	for _, id := range req.GetIds() {
+		add(p.s.cluster.GetRegionByID(id))
+	}
+	return stream.Send(resp)
 }
 
 func (p *pdService) GetRegion(_ context.Context, req *pdpb.GetRegionRequest) (*pdpb.GetRegionResponse, error) {

@@ -66,6 +66,7 @@ type Server struct {
 	faults    *faults
 	calls     calls // every call
 	missing   calls // calls answered Unimplemented
+	load      load  // requests and busy periods
 
 	stopSplits chan struct{}
 	splitsDone sync.WaitGroup
@@ -286,6 +287,7 @@ const healthPrefix = "/grpc.health.v1.Health/"
 // call and logs it when it is not implemented.
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	s.calls.add(info.FullMethod)
+	defer s.load.begin(requestType(info.FullMethod))()
 	if !isHealth(info.FullMethod) {
 		if err := s.wait(ctx); err != nil {
 			return nil, err

@@ -70,6 +70,17 @@
 //     then a defragmentation under the same writes.
 //   - keys: the same server loaded to growing key counts, measured at each.
 //
+// # Over TiKV
+//
+// Two more benchmarks count the round trips of Axon's requests to TiKV,
+// on the TiKV benchmark's workloads (create, update, failed-cas, get; see
+// tikv.go). RunTiKV (`--store tikv-mock`) runs one `axon serve --store
+// tikv-mock` over client-go's in-process mock and reads the counts the
+// server keeps. RunCluster (`--store tikv-cluster`) runs production's
+// shape beside etcd: three `axon serve --store tikv` processes sharing one
+// `axon-bench tikv-server` endpoint, client i on instance i%3, the
+// systems alternating as in Run; the endpoint counts what it answers.
+//
 // # Measurements
 //
 // Per workload and system: ops/s, p50 and p99 latency (from every sample),

@@ -195,45 +195,62 @@ func div(a, b float64) float64 {
 	return a / b
 }
 
-// usage is the CPU both sides used from a start point.
+// usage is the CPU both sides used from a start point. The server side
+// is one process or several (the instances of a cluster), summed.
 type usage struct {
 	at           time.Time
 	server, self float64
 	written      int64
-	pid          int
+	pids         []int
 }
 
-func startUsage(pid int) (usage, error) {
-	c, err := procCPU(pid)
-	if err != nil {
-		return usage{}, err
+func startUsage(pids ...int) (usage, error) {
+	u := usage{at: time.Now(), self: selfCPU(), pids: pids}
+	for _, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return usage{}, err
+		}
+		w, err := fsutil.Written(pid)
+		if err != nil {
+			return usage{}, err
+		}
+		u.server += c
+		u.written += w
 	}
-	w, err := fsutil.Written(pid)
-	if err != nil {
-		return usage{}, err
-	}
-	return usage{at: time.Now(), server: c, self: selfCPU(), written: w, pid: pid}, nil
+	return u, nil
 }
 
 // finish fills r's rates and CPU figures from u to now; r.Ops must be set.
+// Of several processes, the peak RSS is the sum of each one's peak.
 func (u usage) finish(r *Result) error {
 	elapsed := time.Since(u.at)
 	self := selfCPU()
-	c, err := procCPU(u.pid)
-	if err != nil {
-		return err
+	var (
+		c            float64
+		w            int64
+		peak, resNow int64
+	)
+	for _, pid := range u.pids {
+		cpu, err := procCPU(pid)
+		if err != nil {
+			return err
+		}
+		hwm, err := procPeakRSS(pid)
+		if err != nil {
+			return err
+		}
+		rss, err := procRSS(pid)
+		if err != nil {
+			return err
+		}
+		written, err := fsutil.Written(pid)
+		if err != nil {
+			return err
+		}
+		c, peak, resNow, w = c+cpu, peak+hwm, resNow+rss, w+written
 	}
-	rss, err := procPeakRSS(u.pid)
-	if err != nil {
-		return err
-	}
-	if r.ServerRSSBytes, err = procRSS(u.pid); err != nil {
-		return err
-	}
-	w, err := fsutil.Written(u.pid)
-	if err != nil {
-		return err
-	}
+	r.ServerRSSBytes = resNow
 	r.ServerWriteBytesPerOp = div(float64(w-u.written), float64(r.Ops))
 	r.Seconds = elapsed.Seconds()
 	r.OpsPerSec = div(float64(r.Ops), r.Seconds)
@@ -242,7 +259,7 @@ func (u usage) finish(r *Result) error {
 	r.ServerCPUSecPer1kOps = div(r.ServerCPUSec*1000, float64(r.Ops))
 	r.ClientCPUSecPer1kOps = div(r.ClientCPUSec*1000, float64(r.Ops))
 	r.OpsPerServerCPUSec = div(float64(r.Ops), r.ServerCPUSec)
-	r.ServerPeakRSSBytes = rss
+	r.ServerPeakRSSBytes = peak
 	return nil
 }
 

@@ -151,31 +151,44 @@ func (r *runner) tikv(ctx context.Context, rep *TiKVReport, t TiKVOptions) error
 		return err
 	}
 	defer closeAll(clis)
+	return r.eachTiKVRow(ctx, clis, t.Workloads, func(w string, c int, fn opFunc) error {
+		row := &TiKVRow{Name: fmt.Sprintf("%s c=%d", w, c), Workload: w, Clients: c}
+		if err := r.tikvRow(ctx, s, clis[:min(len(clis), c)], row, fn); err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, row)
+		return nil
+	})
+}
+
+// eachTiKVRow loads the keys failed-cas and get read, then calls row with
+// the op of each of workloads (of TiKVWorkloads, in their order) at each
+// client count, after the op's own preload.
+func (r *runner) eachTiKVRow(ctx context.Context, clis []*clientv3.Client, workloads []string, row func(w string, c int, fn opFunc) error) error {
 	// The keys failed-cas and get read, loaded once: neither changes them.
 	var (
 		readKey  = podKeys("read")
 		readRevs []int64
+		err      error
 	)
-	if slices.Contains(t.Workloads, FailedCAS) || slices.Contains(t.Workloads, Get) {
+	if slices.Contains(workloads, FailedCAS) || slices.Contains(workloads, Get) {
 		r.log.Info("loading", "keys", r.o.Keys)
 		if readRevs, err = r.load(ctx, clis, r.o.Keys, r.o.ValueSize, readKey); err != nil {
 			return err
 		}
 	}
 	for _, w := range TiKVWorkloads {
-		if !slices.Contains(t.Workloads, w) {
+		if !slices.Contains(workloads, w) {
 			continue
 		}
 		for _, c := range r.o.Clients {
-			row := &TiKVRow{Name: fmt.Sprintf("%s c=%d", w, c), Workload: w, Clients: c}
 			fn, err := r.tikvOp(ctx, clis, w, c, readKey, readRevs)
 			if err != nil {
-				return fmt.Errorf("%s: %w", row.Name, err)
+				return fmt.Errorf("%s c=%d: %w", w, c, err)
 			}
-			if err := r.tikvRow(ctx, s, clis[:min(len(clis), c)], row, fn); err != nil {
+			if err := row(w, c, fn); err != nil {
 				return err
 			}
-			rep.Rows = append(rep.Rows, row)
 		}
 	}
 	return nil
@@ -338,45 +351,36 @@ var promLabel = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
 // scrapeTiKV reads the counts from the metrics listener at addr.
 func scrapeTiKV(ctx context.Context, addr string) (tikvCounts, error) {
 	c := tikvCounts{rpcs: map[string]float64{}, regions: map[string]regionCount{}}
+	err := scrape(ctx, "http://"+addr+tikv.TraceMetricsPath, func(r io.Reader) error { return parseTiKVCounts(r, &c) })
+	if err != nil {
+		return c, fmt.Errorf("scrape tikv counts: %w (is the server's store tikv-mock?)", err)
+	}
+	return c, nil
+}
+
+// scrape GETs url and hands the body to parse.
+func scrape(ctx context.Context, url string, parse func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+tikv.TraceMetricsPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return c, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return c, fmt.Errorf("scrape tikv counts: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return c, fmt.Errorf("scrape tikv counts: %s (is the server's store tikv-mock?)", resp.Status)
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return c, parseTiKVCounts(resp.Body, &c)
+	return parse(resp.Body)
 }
 
 // parseTiKVCounts reads the Prometheus text lines of the tikv-mock
 // counters into c.
 func parseTiKVCounts(r io.Reader, c *tikvCounts) error {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			return fmt.Errorf("tikv counts: malformed line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return fmt.Errorf("tikv counts: %q: %w", line, err)
-		}
-		name, labels, _ := strings.Cut(line[:i], "{")
-		l := map[string]string{}
-		for _, m := range promLabel.FindAllStringSubmatch(labels, -1) {
-			l[m[1]] = m[2]
-		}
+	return parseProm(r, func(name string, l map[string]string, v float64) {
 		switch name {
 		case tikv.MetricRPCs:
 			c.rpcs[l["type"]] = v
@@ -387,6 +391,32 @@ func parseTiKVCounts(r io.Reader, c *tikvCounts) error {
 		case tikv.MetricRegionWriteTxns:
 			c.regions[l["region"]] = regionCount{txns: v, space: l["space"]}
 		}
+	})
+}
+
+// parseProm calls sample with each sample of the Prometheus text format
+// r holds: its metric name, labels and value.
+func parseProm(r io.Reader, sample func(name string, labels map[string]string, v float64)) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return fmt.Errorf("metrics: malformed line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return fmt.Errorf("metrics: %q: %w", line, err)
+		}
+		name, labels, _ := strings.Cut(line[:i], "{")
+		l := map[string]string{}
+		for _, m := range promLabel.FindAllStringSubmatch(labels, -1) {
+			l[m[1]] = m[2]
+		}
+		sample(name, l, v)
 	}
 	return sc.Err()
 }
@@ -403,6 +433,20 @@ func sumValues(m map[string]float64) float64 {
 // follow by name.
 var rpcOrder = []string{"TSO", "Get", "BatchGet", "Scan", "Prewrite", "Commit", "CommitSecondary"}
 
+// sortRPCTypes sorts types in rpcOrder, the others after them by name.
+func sortRPCTypes(types []string) {
+	slices.SortFunc(types, func(a, b string) int {
+		ia, ib := slices.Index(rpcOrder, a), slices.Index(rpcOrder, b)
+		if ia < 0 {
+			ia = len(rpcOrder)
+		}
+		if ib < 0 {
+			ib = len(rpcOrder)
+		}
+		return cmp.Or(cmp.Compare(ia, ib), cmp.Compare(a, b))
+	})
+}
+
 // WriteTable writes the report as one table, a row per workload and
 // client count.
 func (rep *TiKVReport) WriteTable(w io.Writer) error {
@@ -416,16 +460,7 @@ func (rep *TiKVReport) WriteTable(w io.Writer) error {
 			}
 		}
 	}
-	slices.SortFunc(types, func(a, b string) int {
-		ia, ib := slices.Index(rpcOrder, a), slices.Index(rpcOrder, b)
-		if ia < 0 {
-			ia = len(rpcOrder)
-		}
-		if ib < 0 {
-			ib = len(rpcOrder)
-		}
-		return cmp.Or(cmp.Compare(ia, ib), cmp.Compare(a, b))
-	})
+	sortRPCTypes(types)
 	width := len("workload")
 	for _, r := range rep.Rows {
 		width = max(width, len(r.Name))

@@ -64,7 +64,17 @@ func (t *tally) add(err error) {
 // as errors and those that lose a compare as conflicts, neither as ops: a
 // system that causes more conflicts gets no credit for them.
 func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, n, ops int, maxTime, opTimeout time.Duration, fn opFunc) (*Result, error) {
-	u, err := startUsage(s.pid())
+	return r.timedOn(ctx, []*server{s}, clis, n, ops, maxTime, opTimeout, fn)
+}
+
+// timedOn is timed with the server figures summed over several processes
+// (a cluster's instances), every one of which must outlive the run.
+func (r *runner) timedOn(ctx context.Context, procs []*server, clis []*clientv3.Client, n, ops int, maxTime, opTimeout time.Duration, fn opFunc) (*Result, error) {
+	pids := make([]int, len(procs))
+	for i, s := range procs {
+		pids[i] = s.pid()
+	}
+	u, err := startUsage(pids...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +131,12 @@ func (r *runner) timed(ctx context.Context, s *server, clis []*clientv3.Client, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return res, r.alive(s)
+	for _, s := range procs {
+		if err := r.alive(s); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
 // load puts n keys with values of size bytes, LoadBatch to a txn, from
