@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axon-kv/axon/internal/proctest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -83,27 +83,7 @@ func startTiKVServer(t *testing.T, bin string, flags ...string) *tikvServerProc 
 	}
 }
 
-// loopbackAddr returns a loopback address no listener holds (see
-// cmd/axon's freeAddr for why the port is left in TIME_WAIT).
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
-	c.Close()
-	return l.Addr().String()
-}
+func loopbackAddr(t *testing.T) string { return proctest.FreeAddr(t) }
 
 // TestTiKVServerUnderAxon runs the endpoint and `axon serve --store tikv`
 // as separate processes, the endpoint delaying every call, failing some

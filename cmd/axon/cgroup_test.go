@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/axon-kv/axon/internal/cgrouptest"
 	"github.com/axon-kv/axon/internal/memlimit"
+	"github.com/axon-kv/axon/internal/proctest"
 )
 
 // TestServeFitsItsCgroup runs `axon serve` in a memory cgroup of 384 MiB,
@@ -56,21 +55,5 @@ func TestServeFitsItsCgroup(t *testing.T) {
 	t.Logf("%d creates in a %d MiB cgroup: peak RSS %d MiB", n, limit>>20, peak>>20)
 }
 
-// lockedBuffer is a bytes.Buffer that a process's output may fill while
-// the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer is a process's output, read while it runs.
+type lockedBuffer = proctest.Output

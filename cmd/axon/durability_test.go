@@ -3,53 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/axon-kv/axon/internal/proctest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	// Between this return and the server's bind another process's bind
-	// to port 0 could take the port (seen under make test's parallel
-	// packages). A connection closed by its accepting side leaves the
-	// port in TIME_WAIT, which the kernel does not hand out for port 0
-	// for a minute, while a listener (Go sets SO_REUSEADDR) may bind it.
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
-	c.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return proctest.FreeAddr(t) }
 
 // buildAxon builds the axon binary into a temporary directory.
-func buildAxon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "axon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildAxon(t *testing.T) string { return proctest.Build(t, "github.com/axon-kv/axon/cmd/axon") }
 
 // startServe runs `axon serve` as a child process on dir, with flags
 // added, and returns it with a client once the server answers.

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/axon-kv/axon/internal/faultload"
+	"github.com/axon-kv/axon/internal/proctest"
 	"github.com/axon-kv/axon/storage/tikv"
 )
 
@@ -59,12 +60,7 @@ type procInstance struct {
 
 // buildBench builds the axon-bench binary into a temporary directory.
 func buildBench(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "axon-bench")
-	if out, err := exec.Command("go", "build", "-o", bin, "../axon-bench").CombinedOutput(); err != nil {
-		t.Fatalf("build axon-bench: %v\n%s", err, out)
-	}
-	return bin
+	return proctest.Build(t, "github.com/axon-kv/axon/cmd/axon-bench")
 }
 
 // startProcCluster starts the endpoint and n instances, and waits for a

@@ -3,73 +3,21 @@ package tikvserver
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/axon-kv/axon/internal/proctest"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-// freeAddr returns a loopback address no listener holds. The port is left
-// in TIME_WAIT by a connection closed from the accepting side, so the OS
-// does not hand it out for outgoing connections for a while, and a
-// listener (Go sets SO_REUSEADDR) may still bind it.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
-	c.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return proctest.FreeAddr(t) }
 
-// buildAxon builds the axon binary into a temporary directory.
-func buildAxon(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "axon")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/axon-kv/axon/cmd/axon").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build axon: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// lockedLog collects a child's output for the test's log.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+func buildAxon(t testing.TB) string { return proctest.Build(t, "github.com/axon-kv/axon/cmd/axon") }
 
 // serveAxon runs `axon serve --store tikv` on pd as a child process and
 // returns a client once it answers. The process is stopped when the test
@@ -80,7 +28,7 @@ func serveAxon(t *testing.T, bin, pd string) *clientv3.Client {
 	cmd := exec.Command(bin, "serve", "--store", "tikv", "--pd-endpoints", pd,
 		"--data-dir", t.TempDir(), "--listen-client-urls", "http://"+client,
 		"--listen-metrics-urls", "http://"+freeAddr(t), "--memory-budget-bytes", "-1")
-	var out lockedLog
+	var out proctest.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
