@@ -217,6 +217,7 @@ func (n *node) authorizeLeader(c *call, next func(error)) {
 	n.on(txn.(*memkv.Txn).Delay()+n.authStall(look, true), "auth read", func() {
 		st, err := n.drv.LoadAuth(look, storage.NewReader(txn))
 		txn.Rollback()
+		n.w.checkWellFormed(n, "auth load", err)
 		if err == nil {
 			err = n.authCheck(c, st)
 		}
@@ -298,6 +299,7 @@ func (e simAuthEngine) Update(fn func(core.Reader) ([]core.Write, error), done f
 	}
 	mtx := txn.(*memkv.Txn)
 	ws, err := fn(storage.NewReader(txn))
+	n.w.checkWellFormed(n, "auth change", err)
 	if err == nil && len(ws) > 0 {
 		err = driver.Buffer(n.w.writer(txn), ws)
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -99,6 +100,24 @@ func (w *World) checkTermLedOnce(id string, term int64, nd *core.Node) {
 		w.violation = fmt.Errorf("term %d led twice: by a node of %s, then by another of %s", term, prev.by, id)
 	}
 	w.ledBy[term] = ledTerm{by: id, node: nd}
+}
+
+// checkWellFormed records a violation if an engine read of node n, for
+// what, met a malformed record (core.ErrBadRecord). Axon writes none, and
+// a snapshot that holds every commit made before it began shows none: a
+// latest record's history record is written beside it. One that misses
+// such a commit does, when the key cache answers for the key (a stale
+// start timestamp did so over TiKV): the cached latest record names a
+// history record the snapshot lacks. The driver takes it for a failed
+// attempt and deals the request again, so no answer need be wrong; the
+// error is the evidence, as the server's log line of it was. A watch's
+// catch-up is not judged: one that reads revisions a compaction passes
+// meanwhile meets revision records whose history records the sweep took,
+// and core then cancels its watch for compaction.
+func (w *World) checkWellFormed(n *node, what string, err error) {
+	if err != nil && w.violation == nil && errors.Is(err, core.ErrBadRecord) {
+		w.violation = fmt.Errorf("%s %s met a malformed record: %w", n.id(), what, err)
+	}
 }
 
 // linearEvents converts the ground truth for the checkers.

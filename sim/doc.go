@@ -45,8 +45,11 @@
 // judged), and a snapshot (core.Export) that holds exactly the events
 // since the compaction and the versions alive at it; core invariants run
 // after every step, with one across nodes: a term is led by one node,
-// once. A crashed node's pending answers die with it. Config's BreakDrift
-// breaks an assumption and its Plants plant bugs, for tests that prove
-// the checkers see what they are for. cmd/axon's `axon sim` runs one seed
-// or a swarm; docs/testing.md tells how to run and replay seeds.
+// once; and no engine read of a node meets a malformed record (a write
+// whose key cache entry is newer than its snapshot does, and the driver
+// only retries it). A crashed node's pending answers die with it.
+// Config's BreakDrift breaks an assumption and its Plants plant bugs, for
+// tests that prove the checkers see what they are for. cmd/axon's `axon
+// sim` runs one seed or a swarm; docs/testing.md tells how to run and
+// replay seeds.
 package sim

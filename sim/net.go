@@ -206,6 +206,7 @@ func (n *node) flush(sub *watchSub) {
 				sub.taken[0].Unread = nil
 			}
 			if err := driver.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {
+				n.w.checkWellFormed(n, "previous values' read", err)
 				n.w.note("%s: watch of c%d waits for previous values: %v", n.name, sub.c.idx, err)
 				n.w.after(n.latency()+time.Millisecond, "watch-retry", func() { n.flush(sub) })
 				return

@@ -229,6 +229,7 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 	case core.WorkRecover:
 		st, err := core.Recover(storage.NewReader(txn))
 		txn.Rollback()
+		n.w.checkWellFormed(n, "recovery", err)
 		if err != nil {
 			n.w.note("%s recover failed: %v", n.id(), err)
 		}
@@ -326,6 +327,9 @@ func describeWork(wk *core.Work) string {
 func (n *node) finish(d *driver.Driver, wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
 	if wk.Kind != core.WorkSweep {
 		n.w.note("%s %s -> %v %v", n.id(), describeWork(wk), out, errText(err))
+	}
+	if err != nil {
+		n.w.checkWellFormed(n, describeWork(wk), err)
 	}
 	d.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
 }
@@ -579,6 +583,7 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 			}
 		}
 		txn.Rollback()
+		n.w.checkWellFormed(n, "range", err)
 		d := txn.(*memkv.Txn).Delay()
 		n.on(d, "read", func() {
 			var op *pb.ResponseOp

@@ -234,15 +234,19 @@ func (w *World) scheduleFaults() {
 }
 
 // injector wraps the engine's fault source: it plants the skipped
-// conflict check if the run asks for it (healing fixes faults, not bugs),
-// fails the auth store's commits at the plan's AuthFaults, and counts the
-// faults it decides, by kind.
+// conflict check and the stale snapshots if the run asks for them
+// (healing fixes faults, not bugs), fails the auth store's commits at
+// the plan's AuthFaults, and counts the faults it decides, by kind.
 func (w *World) injector(inj memkv.Injector) memkv.Injector {
 	return memkv.InjectorFunc(func(op memkv.Op) memkv.Fault {
 		f := inj.Inject(op)
 		if op.Kind == memkv.OpCommit && w.chance(w.cfg.Plants.SkipConflictChecks) {
 			f.SkipConflictCheck = true
 			w.faults["skip-conflict-check"]++
+		}
+		if op.Kind == memkv.OpBegin && w.cfg.Plants.StaleSnapshots && f.Kind == memkv.FaultNone && !w.stopped && w.chance(staleSnapshotShare) {
+			f.StaleBy = 1 + w.rng.Uint64N(maxStaleBy)
+			w.fault("stale-snapshot", "a begin %d commits behind", f.StaleBy)
 		}
 		if op.Kind == memkv.OpCommit && w.plan.AuthFaults > 0 && f.Kind == memkv.FaultNone && !w.healed && writesAuth(op.Keys) && w.chance(w.plan.AuthFaults) {
 			f.Kind = []memkv.FaultKind{memkv.FaultUncertainApplied, memkv.FaultUncertainAppliedLater, memkv.FaultUncertainNotApplied}[w.rng.IntN(3)]
@@ -254,6 +258,16 @@ func (w *World) injector(inj memkv.Injector) memkv.Injector {
 		return f
 	})
 }
+
+// The planted StaleSnapshots: the share of the run's Begins that take a
+// stale snapshot, and how many commits behind the latest it is at most.
+// A few commits behind is the subtle case of a stale timestamp (a zero
+// one, the empty store, is the blatant case): the commits a read must not
+// miss are the last few.
+const (
+	staleSnapshotShare = 0.02
+	maxStaleBy         = 4
+)
 
 // repeat runs fn at exponential-ish intervals of mean every until healed.
 func (w *World) repeat(every time.Duration, what string, fn func()) {

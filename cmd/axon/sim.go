@@ -79,6 +79,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &p.SkipPrevReads},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &p.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
+		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
 	}
 }
 

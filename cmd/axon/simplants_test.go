@@ -49,9 +49,9 @@ func TestReplayCommandNamesEveryPlant(t *testing.T) {
 	}
 }
 
-// TestSimPlantFlagsReachTheSwarm: the two plants the simulator's own
-// tests use, given as flags, make a swarm fail, and the failing seed's
-// replay command fails again with the flag and passes without it.
+// TestSimPlantFlagsReachTheSwarm: three plants the simulator's own tests
+// use, given as flags, make a swarm fail, and the failing seed's replay
+// command fails again with the flag and passes without it.
 func TestSimPlantFlagsReachTheSwarm(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		var stdout, stderr bytes.Buffer
@@ -66,6 +66,7 @@ func TestSimPlantFlagsReachTheSwarm(t *testing.T) {
 	for _, tc := range []struct{ flag, ops, seeds string }{
 		{"--skip-prev-reads", "500", "20"},
 		{"--keep-keys-on-uncertain", "1000", "100"},
+		{"--stale-snapshots", "1000", "3"},
 	} {
 		out, err := run("--seeds", tc.seeds, "--ops", tc.ops, tc.flag)
 		if err == nil {

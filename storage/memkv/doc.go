@@ -50,8 +50,12 @@
 //
 // A Fault may also plant a bug: with SkipConflictCheck the commit applies
 // without its conflict check (a lost update, as when Badger dropped a
-// snapshot from its conflict-tracking set). No Rates draw it; the
-// simulator's test of that bug class sets it, and checks must then fail.
+// snapshot from its conflict-tracking set); with StaleBy a Begin takes
+// the snapshot of that many commits ago, so it misses transactions that
+// committed before it was called (as a transaction handed a stale or
+// zero timestamp by TiKV's PD client did). No Rates draw them; the
+// simulator's tests of those bug classes set them, and checks must then
+// fail.
 //
 // NewRandomInjector draws faults from a seeded math/rand/v2 generator;
 // Static and InjectorFunc are for tests.

@@ -93,6 +93,17 @@ type Fault struct {
 	// the commit. Only on Commit; no Rates draw it. It exists so that a
 	// test can prove the simulator finds the lost updates that follow.
 	SkipConflictCheck bool
+	// StaleBy plants a bug rather than a fault: Begin takes the snapshot
+	// of StaleBy commits before the latest (the empty store before the
+	// first commit, if there were fewer), as a transaction handed a stale
+	// or zero start timestamp does. It breaks the contract that a
+	// snapshot holds every transaction committed before Begin (and
+	// StartTS goes back with it); the transaction is otherwise a sound
+	// one of that older snapshot: its commit conflicts with every write
+	// of its keys since, and takes a fresh timestamp. Only on Begin; no
+	// Rates draw it. It exists so that a test can prove the simulator
+	// finds the stale reads that follow.
+	StaleBy uint64
 }
 
 // Injector decides the fault of each operation. The engine calls it with

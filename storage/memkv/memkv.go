@@ -176,7 +176,8 @@ func (e *Engine) checkRead(t *Txn, op Op) (Fault, error) {
 	return e.check(op)
 }
 
-// Begin starts a transaction on the latest committed state.
+// Begin starts a transaction on the latest committed state, or on an
+// older one if its fault plants a stale snapshot (Fault.StaleBy).
 func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memkv: begin: %w: %w", storage.ErrUnavailable, err)
@@ -189,7 +190,7 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	}
 	return &Txn{
 		e:      e,
-		snap:   e.ts,
+		snap:   e.ts - min(f.StaleBy, e.ts),
 		writes: make(map[string]write),
 		locks:  make(map[string]struct{}),
 		delay:  f.Delay,

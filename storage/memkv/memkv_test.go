@@ -633,3 +633,75 @@ func TestSkipConflictCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleSnapshot is the planted bug of a stale start timestamp: a
+// Begin whose fault says StaleBy n reads the store of n commits ago, so
+// it misses what committed before it was called (all of it, as with a
+// zero timestamp, when n reaches past the first commit). Its commit is
+// still checked against that older snapshot: it conflicts with every
+// write of its keys since, and a write of other keys lands above the
+// latest commit.
+func TestStaleSnapshot(t *testing.T) {
+	tests := []struct {
+		name      string
+		staleBy   uint64
+		wantK     string // k as the transaction reads it
+		wantTS    uint64 // its StartTS: three commits are in the store
+		wantWrite error  // of its write of k
+	}{
+		{"none: the latest commit", 0, "v3", 3, nil},
+		{"one behind: the latest commit missed", 1, "v2", 2, storage.ErrConflict},
+		{"two behind", 2, "v1", 1, storage.ErrConflict},
+		{"past the first commit: the empty store", 99, "<none>", 0, storage.ErrConflict},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New()
+			for _, v := range []string{"v1", "v2", "v3"} {
+				put(t, e, "k", v)
+			}
+			e.SetInjector(InjectorFunc(func(op Op) Fault {
+				if op.Kind == OpBegin {
+					return Fault{StaleBy: tc.staleBy}
+				}
+				return Fault{}
+			}))
+			read := func(tx *Txn) string {
+				t.Helper()
+				v, err := tx.Get([]byte("k"))
+				if errors.Is(err, storage.ErrNotFound) {
+					return "<none>"
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(v)
+			}
+			tx := begin(t, e)
+			if got := read(tx); got != tc.wantK || tx.StartTS() != tc.wantTS {
+				t.Errorf("k = %q at StartTS %d; want %q at %d", got, tx.StartTS(), tc.wantK, tc.wantTS)
+			}
+			if err := tx.Set([]byte("k"), []byte("w")); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(t.Context()); !errors.Is(err, tc.wantWrite) {
+				t.Errorf("commit of k = %v; want %v", err, tc.wantWrite)
+			}
+			other := begin(t, e)
+			if err := other.Set([]byte("other"), []byte("o")); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Commit(t.Context()); err != nil {
+				t.Fatalf("commit of another key: %v", err)
+			}
+			e.SetInjector(nil)
+			want := uint64(4) // three puts and the other key
+			if tc.wantWrite == nil {
+				want++
+			}
+			if got := begin(t, e).StartTS(); got != want || latest(t, e, "other") != "o" {
+				t.Errorf("a fresh snapshot is at %d with other = %q; want at %d with %q", got, latest(t, e, "other"), want, "o")
+			}
+		})
+	}
+}
