@@ -79,7 +79,7 @@ func TestAPIServerBench(t *testing.T) {
 var (
 	benchRun     = flag.Bool("apiserver-bench", false, "run TestAPIServerBench, kube-apiserver over Axon vs over etcd")
 	benchOut     = flag.String("apiserver-bench-out", "", "also write TestAPIServerBench's table to this file")
-	benchAxon    = flag.String("apiserver-bench-axon", "axon-badger,axon-tikv", "Axon setups TestAPIServerBench compares with etcd, comma-separated")
+	benchAxon    = flag.String("apiserver-bench-axon", "axon-badger,axon-tikv", "Axon setups TestAPIServerBench compares with etcd, comma-separated (also axon-tikv-procs: three axon serve processes over the tikv-server endpoint)")
 	benchRounds  = flag.Int("apiserver-bench-rounds", 2, "rounds: each measurement runs this many times per system, the systems' order rotating")
 	benchCreates = flag.Int("apiserver-bench-creates", 5000, "objects one create run makes at most (per system, round, kind and concurrency)")
 	benchCTime   = flag.Duration("apiserver-bench-create-time", 20*time.Second, "time bound of one create run")
@@ -90,9 +90,11 @@ var (
 )
 
 func setupNamed(name string) *setup {
-	for i := range setups {
-		if setups[i].name == name {
-			return &setups[i]
+	for _, ss := range [][]setup{setups, procSetups} {
+		for i := range ss {
+			if ss[i].name == name {
+				return &ss[i]
+			}
 		}
 	}
 	return nil

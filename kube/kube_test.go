@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -29,7 +30,11 @@ func TestKubeAPIServer(t *testing.T) {
 	}
 	cred := newCredentials(t)
 	var control *report
-	for _, s := range setups {
+	all := setups
+	if *withProcs {
+		all = append(slices.Clone(setups), procSetups...)
+	}
+	for _, s := range all {
 		t.Run(s.name, func(t *testing.T) {
 			if s.name == setups[0].name {
 				control = newReport(s.name)
@@ -46,6 +51,9 @@ func TestKubeAPIServer(t *testing.T) {
 		})
 	}
 }
+
+// withProcs adds procSetups to TestKubeAPIServer.
+var withProcs = flag.Bool("apiserver-procs", false, "also run axon-tikv-procs: three axon serve processes over the tikv-server endpoint, the leader process killed mid-run (not in make test-kube: README.md, \"Processes: the open divergence\")")
 
 // env is what the checks of one setup share.
 type env struct {

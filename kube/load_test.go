@@ -368,7 +368,7 @@ type revisionLog struct {
 
 	mu          sync.Mutex
 	start, last int64
-	seen        map[int64]bool
+	seen        map[int64]time.Time // when each revision's event came
 	err         error
 }
 
@@ -384,7 +384,7 @@ func watchRevisions(endpoints []string, tr *requestTrace) (*revisionLog, error) 
 		cli.Close()
 		return nil, err
 	}
-	r := &revisionLog{cancel: cancel, done: make(chan struct{}), cli: cli, tr: tr, start: resp.Header.Revision + 1, seen: map[int64]bool{}}
+	r := &revisionLog{cancel: cancel, done: make(chan struct{}), cli: cli, tr: tr, start: resp.Header.Revision + 1, seen: map[int64]time.Time{}}
 	go func() {
 		defer close(r.done)
 		for resp := range cli.Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(r.start)) {
@@ -392,8 +392,9 @@ func watchRevisions(endpoints []string, tr *requestTrace) (*revisionLog, error) 
 			if err := resp.Err(); err != nil && ctx.Err() == nil {
 				r.err = err
 			}
+			now := time.Now()
 			for _, ev := range resp.Events {
-				r.seen[ev.Kv.ModRevision] = true
+				r.seen[ev.Kv.ModRevision] = now
 				r.last = max(r.last, ev.Kv.ModRevision)
 			}
 			r.mu.Unlock()
@@ -414,11 +415,26 @@ func (r *revisionLog) stop() string {
 	}
 	var empty []int64
 	for rev := r.start; rev <= r.last; rev++ {
-		if !r.seen[rev] {
+		if _, ok := r.seen[rev]; !ok {
 			empty = append(empty, rev)
 		}
 	}
 	out := fmt.Sprintf("%d of the %d store revisions %d..%d hold no write", len(empty), r.last-r.start+1, r.start, r.last)
+	if len(empty) > 0 && r.tr == nil {
+		// No trace to name the requests: say when each came, by the
+		// next write the watch saw, to match with the store's logs.
+		var each []string
+		for _, rev := range empty[:min(len(empty), 20)] {
+			next := rev + 1
+			for ; next <= r.last; next++ {
+				if _, ok := r.seen[next]; ok {
+					break
+				}
+			}
+			each = append(each, fmt.Sprintf("%d (before %d, seen at %s)", rev, next, r.seen[next].Format("15:04:05.000")))
+		}
+		out += ": " + strings.Join(each, ", ")
+	}
 	if len(empty) > 0 && r.tr != nil {
 		_, kinds := r.tr.explain(empty)
 		var ks []string

@@ -57,7 +57,19 @@ type setup struct {
 var setups = []setup{
 	{"etcd", "embedded etcd v3.7.3, three members (the control)", startEtcd},
 	{"axon-badger", "one Axon instance over Badger", startAxonBadger},
-	{"axon-tikv", "three Axon instances over one mock TiKV cluster", startAxonTiKV},
+	{"axon-tikv", "three Axon instances in the test process over one in-process mock TiKV cluster", startAxonTiKV},
+}
+
+// procSetups run only when asked (-apiserver-procs, or TestAPIServerBench's
+// -apiserver-bench-axon): axon-tikv-procs is production's shape, three
+// `axon serve --store tikv` processes over one `axon-bench tikv-server`
+// process, its leader process SIGKILLed mid-run. It is not in make
+// test-kube yet: after the kill the apiserver's watches, all served by the
+// dead leader, resume below a compaction and its caches relist (README.md,
+// "Processes: the open divergence"), which the in-process row, whose
+// killed leader's watches are no older than the load's, does not show.
+var procSetups = []setup{
+	{"axon-tikv-procs", "three `axon serve --store tikv` processes over one `axon-bench tikv-server` process", startAxonProcs},
 }
 
 func freePort(t testing.TB) int {
@@ -139,9 +151,10 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// axonTiKV is three Axon instances over one in-process mock TiKV cluster,
-// each with its own share of the engine, as three `axon serve --store
-// tikv` processes over one TiKV would be.
+// axonTiKV is three Axon instances in the test process over one
+// in-process mock TiKV cluster (no network between Axon and the engine),
+// each with its own share of the engine: the axon-tikv row. The
+// processes of production's shape are axon-tikv-procs (axonProcs).
 type axonTiKV struct {
 	t    *testing.T
 	base *tikv.Engine

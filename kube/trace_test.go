@@ -107,6 +107,10 @@ func describeWrite(req, resp any) (string, int64) {
 // answered when the commit point had moved on.
 const untraced = "no traced request (lease expiry?)"
 
+// notTraced names a revision of a store whose instances run in processes
+// of their own, which the trace cannot see into.
+const notTraced = "not traced (Axon runs in other processes)"
+
 // at returns what took revision rev, or "".
 func (tr *requestTrace) at(rev int64) string {
 	if tr == nil {
@@ -118,12 +122,15 @@ func (tr *requestTrace) at(rev int64) string {
 }
 
 // explain renders revisions with the requests that took them, and counts
-// the requests by kind.
+// the requests by kind. A nil trace (a store it cannot see) explains none.
 func (tr *requestTrace) explain(revs []int64) (each []string, kinds map[string]int) {
 	kinds = map[string]int{}
 	for _, r := range revs {
 		what := tr.at(r)
-		if what == "" {
+		switch {
+		case tr == nil:
+			what = notTraced
+		case what == "":
 			what = untraced
 		}
 		each = append(each, fmt.Sprintf("%d: %s", r, what))
