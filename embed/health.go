@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,7 @@ func readCheck(serializable bool) func(ctx context.Context, s *server.Server) er
 // handleChecks serves checks at root (all of them less those named by
 // ?exclude=) and each alone at root/NAME, as etcd does.
 func (a *Axon) handleChecks(mux *http.ServeMux, root string, checks []check) {
+	kind := strings.TrimPrefix(root, "/")
 	mux.HandleFunc(root, func(w http.ResponseWriter, r *http.Request) {
 		var run []check
 		for _, c := range checks {
@@ -166,20 +168,20 @@ func (a *Axon) handleChecks(mux *http.ServeMux, root string, checks []check) {
 				run = append(run, c)
 			}
 		}
-		a.runChecks(w, r, run)
+		a.runChecks(w, r, kind, run)
 	})
 	for _, c := range checks {
 		mux.HandleFunc(root+"/"+c.name, func(w http.ResponseWriter, r *http.Request) {
-			a.runChecks(w, r, []check{c})
+			a.runChecks(w, r, kind, []check{c})
 		})
 	}
 }
 
-// runChecks answers as etcd's /livez and /readyz: 200 "ok" when every
-// check passes (each listed first with ?verbose), else 503 with each
-// check's result. A failed engine or an instance that does not serve
-// fails every check.
-func (a *Axon) runChecks(w http.ResponseWriter, r *http.Request, checks []check) {
+// runChecks answers as etcd's /livez and /readyz (kind): 200 "ok" when
+// every check passes (each listed first with ?verbose), else 503 with each
+// check's result, and counts each check as etcd does. A failed engine or
+// an instance that does not serve fails every check.
+func (a *Axon) runChecks(w http.ResponseWriter, r *http.Request, kind string, checks []check) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
@@ -201,6 +203,9 @@ func (a *Axon) runChecks(w http.ResponseWriter, r *http.Request, checks []check)
 	var out bytes.Buffer
 	failed := false
 	for i, c := range checks {
+		if s := a.srv.Load(); s != nil {
+			s.ObserveCheck(kind, c.name, errs[i] == nil)
+		}
 		if err := errs[i]; err != nil {
 			failed = true
 			fmt.Fprintf(&out, "[-]%s failed: %v\n", c.name, err)

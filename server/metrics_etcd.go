@@ -41,6 +41,8 @@ type etcdMetrics struct {
 	peerFailures *prometheus.CounterVec
 
 	healthSuccess, healthFailures prometheus.Counter
+	healthCheck                   *prometheus.GaugeVec   // etcd's healthcheck: 1 passed, 0 failed
+	healthChecks                  *prometheus.CounterVec // etcd's healthchecks_total
 	eventsSent                    prometheus.Counter
 
 	leaseGranted, leaseRevoked, leaseRenewed, leaseExpired prometheus.Counter
@@ -100,6 +102,14 @@ func newEtcdMetrics(s *Server, reg *prometheus.Registry, axon *axonMetrics) *etc
 		}, []string{"To"}),
 		healthSuccess:  counter("server", "health_success", "The total number of successful health checks"),
 		healthFailures: counter("server", "health_failures", "The total number of failed health checks"),
+		healthCheck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "etcd", Subsystem: "server", Name: "healthcheck",
+			Help: "The result of each kind of healthcheck.",
+		}, []string{"type", "name"}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd", Subsystem: "server", Name: "healthchecks_total",
+			Help: "The total number of each kind of healthcheck.",
+		}, []string{"type", "name", "status"}),
 		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "events_total",
 			Help: "Total number of events sent by this member.",
@@ -116,7 +126,7 @@ func newEtcdMetrics(s *Server, reg *prometheus.Registry, axon *axonMetrics) *etc
 	}
 	reg.MustRegister(e.backendCommit, e.defrag, e.defragging, e.proposalsFailed, e.slowApply, e.slowReadIndex,
 		e.readIndexFailed, e.rangeTotal, e.putTotal, e.deleteTotal, e.txnTotal, e.sentBytes, e.receivedBytes,
-		e.peerRTT, e.peerFailures, e.healthSuccess, e.healthFailures, e.eventsSent,
+		e.peerRTT, e.peerFailures, e.healthSuccess, e.healthFailures, e.healthCheck, e.healthChecks, e.eventsSent,
 		e.leaseGranted, e.leaseRevoked, e.leaseRenewed, e.leaseExpired, e.leaseTTL, etcdInfo(s), &etcdNode{s: s})
 	if o, ok := s.eng.(storage.CommitObserver); ok {
 		o.ObserveCommits(func(d time.Duration) { e.backendCommit.Observe(d.Seconds()) })
@@ -373,6 +383,17 @@ func (s *Server) ObserveHealth(healthy bool) {
 	} else {
 		s.metrics.etcd.healthFailures.Inc()
 	}
+}
+
+// ObserveCheck records one named check of /livez or /readyz (kind
+// livez or readyz), as etcd's healthcheck and healthchecks_total do.
+func (s *Server) ObserveCheck(kind, name string, passed bool) {
+	status, v := "success", 1.0
+	if !passed {
+		status, v = "error", 0
+	}
+	s.metrics.etcd.healthCheck.WithLabelValues(kind, name).Set(v)
+	s.metrics.etcd.healthChecks.WithLabelValues(kind, name, status).Inc()
 }
 
 // unary counts each call as countKV and countFailedProposal do, after

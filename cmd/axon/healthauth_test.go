@@ -90,6 +90,13 @@ func probeHealth(t *testing.T, sys, bin string, withMetrics bool) []string {
 		t.Fatal(err)
 	}
 	ask("NOSPACE raised")
+	// etcd counts every named check it ran, by kind and outcome.
+	metrics := healthAnswer(ctx, t, "http://"+client+"/metrics")
+	for _, line := range strings.Split(metrics, " | ") {
+		if strings.HasPrefix(line, "etcd_server_healthcheck") {
+			out = append(out, "metrics: "+line)
+		}
+	}
 	return out
 }
 
