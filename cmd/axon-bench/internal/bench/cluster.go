@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -505,13 +504,11 @@ func (rep *ClusterReport) WriteTable(w io.Writer) error {
 		}
 	}
 	sortRPCTypes(types)
-	width := len("workload")
+	var names []string
 	for _, r := range rep.Rows {
-		width = max(width, len(r.Name))
+		names = append(names, r.Name)
 	}
-	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	tw, pad, line := newTable(w, names)
 	axon, etcd := slices.Contains(rep.Systems, "axon"), slices.Contains(rep.Systems, "etcd")
 	h1, h2 := []string{pad("")}, []string{pad("workload")}
 	if axon {

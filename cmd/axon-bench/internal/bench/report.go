@@ -24,17 +24,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprint(w, ", each ratio the median of the runs' ratios [lowest-highest]")
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ratios := false
+	var names []string
 	for _, r := range rep.Rows {
 		ratios = ratios || r.Ratio != nil
+		names = append(names, r.Name)
 	}
-	// Right-aligned numbers, but the names padded to read left-aligned.
-	width := len("workload")
-	for _, r := range rep.Rows {
-		width = max(width, len(r.Name))
-	}
-	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
+	tw, pad, line := newTable(w, names)
 	h1, h2 := []string{pad("")}, []string{pad("workload")}
 	for _, s := range rep.Systems {
 		for i, c := range perSystem {
@@ -50,7 +46,6 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		h1 = append(h1, "axon/etcd", "", "", "", "")
 		h2 = append(h2, "ops/s", "p50", "p99", "ops/srvCPU-s", "peakRSS")
 	}
-	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
 	line(h1)
 	line(h2)
 	for _, r := range rep.Rows {
@@ -220,4 +215,18 @@ func fmtRatio(f float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fx", f)
+}
+
+// newTable is a text table of right-aligned numbers whose first column,
+// the row names, is padded to read left-aligned: tw to flush, pad for a
+// name cell, line to write a row.
+func newTable(w io.Writer, names []string) (tw *tabwriter.Writer, pad func(string) string, line func([]string)) {
+	width := len("workload")
+	for _, n := range names {
+		width = max(width, len(n))
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	pad = func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
+	line = func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	return tw, pad, line
 }

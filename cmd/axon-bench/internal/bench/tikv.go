@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -461,13 +460,11 @@ func (rep *TiKVReport) WriteTable(w io.Writer) error {
 		}
 	}
 	sortRPCTypes(types)
-	width := len("workload")
+	var names []string
 	for _, r := range rep.Rows {
-		width = max(width, len(r.Name))
+		names = append(names, r.Name)
 	}
-	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	tw, pad, line := newTable(w, names)
 	h := append([]string{pad("workload"), "ops/s", "p50", "p99", "steps/op", "calls/op"}, types...)
 	line(append(h, "wtxn/op", "busiest region"))
 	for _, r := range rep.Rows {
