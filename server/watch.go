@@ -73,6 +73,13 @@ func (ws *watchStream) deliver(n *core.Node, wr core.WatchResponse) {
 		// compacted says so by CompactRevision alone, with no reason.
 		r.Canceled, r.CompactRevision = true, wr.CompactRevision
 		ws.forget(wr.ID)
+		if wr.CompactRevision > 0 {
+			// Rare, and a client must then list again: worth a line
+			// (a watch resumed after a leader's death below a compaction
+			// is one way; kube/README.md, "Open divergence").
+			ws.s.log.Info("watch canceled: the history it asked for is compacted",
+				"watch", id, "synced_to", wr.Revision, "compact_revision", wr.CompactRevision)
+		}
 	}
 	ws.out.Push(&watchOut{r: r, unread: wr.Unread, fragment: ws.fragment[wr.ID] && len(r.Events) > 1})
 }
