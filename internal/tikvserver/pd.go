@@ -64,16 +64,21 @@ func (p *pdService) GetClusterInfo(context.Context, *pdpb.GetClusterInfoRequest)
 // Tso answers each request of the stream with the last of Count fresh
 // timestamps, as PD does.
 func (p *pdService) Tso(stream pdpb.PD_TsoServer) error {
-	ctx := stream.Context()
+	return eachRequest(stream.Recv, func(req *pdpb.TsoRequest) error { return p.tso(stream.Context(), stream, req) })
+}
+
+// eachRequest answers each request recv gives with answer, until the
+// client ends the stream or an answer fails.
+func eachRequest[R any](recv func() (R, error), answer func(R) error) error {
 	for {
-		req, err := stream.Recv()
+		req, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := p.tso(ctx, stream, req); err != nil {
+		if err := answer(req); err != nil {
 			return err
 		}
 	}
@@ -104,19 +109,9 @@ func (p *pdService) tso(ctx context.Context, stream pdpb.PD_TsoServer, req *pdpb
 // client): each request asks for regions by key, by previous key and by
 // ID, and one response answers them all.
 func (p *pdService) QueryRegion(stream pdpb.PD_QueryRegionServer) error {
-	ctx := stream.Context()
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := p.queryRegion(ctx, stream, req); err != nil {
-			return err
-		}
-	}
+	return eachRequest(stream.Recv, func(req *pdpb.QueryRegionRequest) error {
+		return p.queryRegion(stream.Context(), stream, req)
+	})
 }
 
 // queryRegion answers one request of a QueryRegion stream.

@@ -490,20 +490,14 @@ func (rep *ClusterReport) WriteTable(w io.Writer) error {
 		fmt.Fprint(w, ", each ratio the median of the runs' ratios [lowest-highest]")
 	}
 	fmt.Fprintln(w)
-	var types []string
-	other := false
+	var counts []map[string]float64
 	for _, r := range rep.Rows {
 		if l := rep.medianLoad(r); l != nil {
-			for typ := range l.CallsPerOp {
-				if isOther(typ) {
-					other = true
-				} else if !slices.Contains(types, typ) {
-					types = append(types, typ)
-				}
-			}
+			counts = append(counts, l.CallsPerOp)
 		}
 	}
-	sortRPCTypes(types)
+	types := rpcTypes(counts, isOther)
+	other := len(rpcTypes(counts, nil)) > len(types)
 	var names []string
 	for _, r := range rep.Rows {
 		names = append(names, r.Name)

@@ -432,8 +432,18 @@ func sumValues(m map[string]float64) float64 {
 // follow by name.
 var rpcOrder = []string{"TSO", "Get", "BatchGet", "Scan", "Prewrite", "Commit", "CommitSecondary"}
 
-// sortRPCTypes sorts types in rpcOrder, the others after them by name.
-func sortRPCTypes(types []string) {
+// rpcTypes lists the call types that have a count in any of counts,
+// less those skip names (nil: none), in rpcOrder, the others after them
+// by name.
+func rpcTypes(counts []map[string]float64, skip func(string) bool) []string {
+	var types []string
+	for _, c := range counts {
+		for typ := range c {
+			if (skip == nil || !skip(typ)) && !slices.Contains(types, typ) {
+				types = append(types, typ)
+			}
+		}
+	}
 	slices.SortFunc(types, func(a, b string) int {
 		ia, ib := slices.Index(rpcOrder, a), slices.Index(rpcOrder, b)
 		if ia < 0 {
@@ -444,6 +454,7 @@ func sortRPCTypes(types []string) {
 		}
 		return cmp.Or(cmp.Compare(ia, ib), cmp.Compare(a, b))
 	})
+	return types
 }
 
 // WriteTable writes the report as one table, a row per workload and
@@ -451,15 +462,11 @@ func sortRPCTypes(types []string) {
 func (rep *TiKVReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "axon over mock TiKV: %v added to every TiKV RPC and PD timestamp call, %d regions per key space\n",
 		rep.TiKV.RPCDelay, rep.TiKV.Regions)
-	var types []string
+	var counts []map[string]float64
 	for _, r := range rep.Rows {
-		for typ := range r.RPCsPerOp {
-			if !slices.Contains(types, typ) {
-				types = append(types, typ)
-			}
-		}
+		counts = append(counts, r.RPCsPerOp)
 	}
-	sortRPCTypes(types)
+	types := rpcTypes(counts, nil)
 	var names []string
 	for _, r := range rep.Rows {
 		names = append(names, r.Name)
