@@ -25,6 +25,9 @@ import (
 type authState struct {
 	gen atomic.Uint64
 	cur atomic.Pointer[authCopy]
+	// first is the planted StaleAuthReads' store: the one a follower
+	// loaded first, which its checks then trust.
+	first atomic.Pointer[auth.Store]
 	// distrust (the member's clock) is when a change whose commit failed
 	// has surely landed or never will (the engine deadline): until then
 	// the leader's copy is not the store, and checks read the engine.
@@ -50,6 +53,8 @@ type AuthLook struct {
 	cur     *authCopy
 	gen     uint64
 	led     bool
+	// follower: the caller said it does not lead (StaleAuthReads).
+	follower bool
 }
 
 // Trusted is the leader's copy of its term, the store itself, if the
@@ -62,7 +67,7 @@ func (l AuthLook) Trusted() *auth.Store { return l.trusted }
 // after it voids what the snapshot shows for later checks.
 func (d *Driver) LookAuth(led bool) AuthLook {
 	a := &d.auth
-	l := AuthLook{gen: a.gen.Load(), cur: a.cur.Load()}
+	l := AuthLook{gen: a.gen.Load(), cur: a.cur.Load(), follower: !led}
 	if led && d.authTrusted(l.cur) {
 		l.trusted = l.cur.store
 		return l
@@ -79,6 +84,11 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.Store, error) {
 	if l.trusted != nil {
 		return l.trusted, nil
 	}
+	if d.cfg.Testing.StaleAuthReads && l.follower {
+		if st := d.auth.first.Load(); st != nil {
+			return st, nil
+		}
+	}
 	seq, err := auth.ReadAuthSeq(rd)
 	if err != nil {
 		return nil, err
@@ -92,7 +102,48 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.Store, error) {
 		st = auth.NewStore(nil)
 	}
 	d.keepAuth(&authCopy{store: st, gen: l.gen, leader: l.led})
+	if d.cfg.Testing.StaleAuthReads && l.follower {
+		d.auth.first.CompareAndSwap(nil, st)
+	}
 	return st, nil
+}
+
+// Authorize runs check against the store a check looked at with l sees
+// in rd (LoadAuth): the read's own snapshot, begun after LookAuth.
+func (d *Driver) Authorize(l AuthLook, rd core.Reader, check func(*auth.Store) error) error {
+	st, err := d.LoadAuth(l, rd)
+	if err != nil {
+		return err
+	}
+	return check(st)
+}
+
+// AuthorizeLeader checks a call that runs on the leader: against the
+// leader's copy of the store while it is trusted, else against the store
+// in a new engine snapshot, which open begins and hands over (at once, or
+// later: the simulator's engine takes time) with its release. done gets
+// check's answer, or core.ErrNotLeader if this member does not lead, so
+// that the call goes to the leader instead.
+func (d *Driver) AuthorizeLeader(open func(func(rd core.Reader, release func(), err error)), check func(*auth.Store) error, done func(error)) {
+	l := d.LookAuth(true)
+	if st := l.Trusted(); st != nil {
+		// A copy kept while leading, with no change of role since, says
+		// this member leads: no need to ask it.
+		done(check(st))
+		return
+	}
+	if !d.Step(nil, nil) {
+		done(core.ErrNotLeader)
+		return
+	}
+	open(func(rd core.Reader, release func(), err error) {
+		if err != nil {
+			done(err)
+			return
+		}
+		defer release()
+		done(d.Authorize(l, rd, check))
+	})
 }
 
 // AuthView is LookAuth then LoadAuth in one go, for a caller whose

@@ -47,8 +47,6 @@ type Hooks struct {
 	// Check runs before outputs are taken (the simulator checks the
 	// node's invariants here).
 	Check func(m *core.Member)
-	// Watch delivers a watch response of the node n.
-	Watch func(n *core.Node, wr core.WatchResponse)
 	// Unclaimed sees responses no request waits for (lease expiries).
 	Unclaimed func(r core.Response)
 	// RoleChanged runs once the member gained or lost the lead (after
@@ -105,6 +103,22 @@ type TestingKnobs struct {
 	// entries of the keys it wrote, so a write that landed after all is
 	// evaluated against the record from before it.
 	KeepKeysOnUncertain bool
+	// SkipPrevReads: the watch sender sends events without reading the
+	// previous values their writes left unread (WatchStream.Next), so a
+	// prev_kv comes without its value.
+	SkipPrevReads bool
+	// DealEagerly: request work is dealt its revision before it is
+	// evaluated (as Axon once did), so requests that change nothing
+	// take revisions etcd does not.
+	DealEagerly bool
+	// StaleAuthReads: a follower checks every read against the auth
+	// store it loaded first, not the one in the read's own snapshot, so
+	// permissions are honoured after their revoke was acknowledged.
+	StaleAuthReads bool
+	// EarlyLeaseGone: a keepalive of a lease whose expiry is in flight
+	// is answered "not found" at once (as Axon once did), not once the
+	// expiry commits, so a lease is said gone before it is.
+	EarlyLeaseGone bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -124,10 +138,13 @@ type Driver struct {
 	readBusy      bool
 	known         atomic.Int64 // the newest commit point learned
 	auth          authState
-	keys          *keyCache // nil: none
+	keys          *keyCache                     // nil: none
+	watches       map[core.WatchID]*WatchStream // the node's watches, by ID
+	nextWatch     core.WatchID
 	// engineDeadline is the member's, read once: its config changes
 	// under the lock.
 	engineDeadline time.Duration
+	catchUpBatch   int
 }
 
 // New returns a driver of cfg.Member.
@@ -140,7 +157,7 @@ func New(cfg Config) *Driver {
 		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
 	}
 	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){},
-		engineDeadline: cfg.Member.Config().EngineDeadline, keys: newKeyCache(cfg.KeyCacheBytes)}
+		engineDeadline: cfg.Member.Config().EngineDeadline, catchUpBatch: cfg.Member.Config().Node.CatchUpBatch, keys: newKeyCache(cfg.KeyCacheBytes)}
 }
 
 // KeyCacheStats reports the key cache's use (zero without one).
@@ -190,6 +207,29 @@ func (d *Driver) Propose(submit func(n *core.Node, id core.RequestID), answer fu
 		d.waiters[d.nextID] = answer
 		submit(n, d.nextID)
 	})
+}
+
+// KeepAlive renews a lease on the leader's node, and answers as Propose
+// does: the lease's new TTL, or an error once the node knows it (a lease
+// whose expiry is in flight is answered when the expiry commits).
+func (d *Driver) KeepAlive(lease int64, answer func(core.Response)) bool {
+	var gone *core.Response
+	led := d.Step(nil, func(n *core.Node) {
+		now := d.cfg.Clock.Now()
+		if d.cfg.Testing.EarlyLeaseGone {
+			if _, err := n.TimeToLive(lease, now); err != nil {
+				gone = &core.Response{Lease: lease, Rev: n.Committed(), Err: err}
+				return
+			}
+		}
+		d.nextID++
+		d.waiters[d.nextID] = answer
+		n.KeepAlive(d.nextID, lease, now)
+	})
+	if gone != nil {
+		answer(*gone)
+	}
+	return led
 }
 
 // LeaseKeys returns the keys attached to a lease, as the leader's node
@@ -257,9 +297,11 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 			h.Unclaimed(r)
 		}
 	}
-	if n := d.m.Node(); n != nil && h.Watch != nil {
+	if n := d.m.Node(); n != nil {
 		for _, wr := range rd.WatchResponses {
-			h.Watch(n, wr)
+			if ws := d.watches[wr.ID]; ws != nil {
+				ws.deliver(n, wr)
+			}
 		}
 	}
 	if rd.RoleChanged {
@@ -268,8 +310,9 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 			d.keys.clear() // and any key
 		}
 		if d.m.Node() == nil {
-			// The node that held these requests is gone and will never
-			// answer them.
+			// The node that held these requests and watches is gone and
+			// will never answer them.
+			d.stopWatches()
 			// In ID order: the simulator replays by seed.
 			for _, id := range slices.Sorted(maps.Keys(d.waiters)) {
 				answer := d.waiters[id]

@@ -260,8 +260,8 @@ func TestRetriesLeaveNoWaiters(t *testing.T) {
 	d, clock, _, _ := newLeader(t)
 	tries := 0
 	var got error
-	driver.Lead(d, func(done func(driver.Answer)) { tries++; done(driver.Answer{Err: core.ErrNoLeader}) },
-		func() bool { return tries < 5 }, func(err error) { got = err })
+	d.Lead(false, func() bool { return tries < 5 }, func(_ string, done func(driver.Answer)) { tries++; done(driver.Answer{Err: core.ErrNoLeader}) },
+		func(err error) { got = err })
 	for i := 0; i < 10 && got == nil; i++ {
 		clock.advance(20 * time.Millisecond)
 	}
@@ -298,7 +298,7 @@ func TestLeadLearnsAnsweredRevisions(t *testing.T) {
 	d, _, _, _ := newLeader(t)
 	lead := func(a driver.Answer) error {
 		var got error
-		driver.Lead(d, func(done func(driver.Answer)) { done(a) }, nil, func(err error) { got = err })
+		d.Lead(false, nil, func(_ string, done func(driver.Answer)) { done(a) }, func(err error) { got = err })
 		return got
 	}
 	if err := lead(driver.Answer{Rev: 9}); err != nil {

@@ -51,6 +51,13 @@ func apply(txn storage.Txn, w *core.Work, d Dealer, written map[string]bool) (*c
 	var keys *keyCache
 	if dr, ok := d.(*Driver); ok {
 		keys = dr.keys
+		if undealt && dr.cfg.Testing.DealEagerly {
+			// The planted bug: deal before knowing whether it writes.
+			if err := d.Deal(w); err != nil {
+				return nil, err
+			}
+			undealt = false
+		}
 	}
 	var la core.Lookahead
 	if _, ok := txn.(storage.BatchReader); ok {
@@ -159,6 +166,84 @@ func Run(ctx context.Context, eng storage.Engine, w *core.Work, d Dealer) (*core
 	return eff, Outcome(err), err
 }
 
+// Job is one work item the member handed out, in one engine
+// transaction, run in two halves so that a host may let time pass
+// between them (the simulator, its engine's latency): StartWork reads,
+// or evaluates and buffers the writes; Commit commits them. Both the
+// server's executor and the simulator's run work through it.
+type Job struct {
+	w   *core.Work
+	txn storage.Txn // nil: the begin failed
+	eff *core.Effects
+	// Done says the work ended in StartWork (a read, a failure, nothing
+	// to commit); Result is how.
+	Done   bool
+	Result Result
+}
+
+// StartWork begins w's transaction on eng and runs it up to the commit:
+// a catch-up or a recovery reads, request work is evaluated (dealt if it
+// changes keys) and its writes buffered.
+func (d *Driver) StartWork(ctx context.Context, eng storage.Engine, w *core.Work) *Job {
+	bctx := ctx
+	if w.Kind != core.WorkCatchUp && w.Kind != core.WorkRecover {
+		// Work is the member's, leading or campaigning: the writes its
+		// request must see committed through eng before it went out
+		// (its latches), so it may read at the newest commit eng saw
+		// return.
+		bctx = storage.WithLeaderSnapshot(ctx)
+	}
+	txn, err := eng.Begin(bctx)
+	j := &Job{w: w, txn: txn}
+	if err != nil {
+		return j.end(Result{Outcome: core.NotApplied, Err: err})
+	}
+	switch w.Kind {
+	case core.WorkCatchUp:
+		evs, last, err := core.ReadEvents(storage.NewReader(txn), w.From, w.To, d.catchUpBatch)
+		return j.end(Result{Events: evs, Last: last, Err: err})
+	case core.WorkRecover:
+		st, err := recoverIn(ctx, eng, txn)
+		return j.end(Result{State: st, Err: err})
+	}
+	eff, err := Apply(txn, w, d)
+	if out, done := Settled(eff, err); done {
+		return j.end(Result{Effects: eff, Outcome: out, Err: err})
+	}
+	j.eff = eff
+	return j
+}
+
+// end ends the job in StartWork.
+func (j *Job) end(r Result) *Job {
+	if j.txn != nil {
+		j.txn.Rollback()
+	}
+	j.Done, j.Result = true, r
+	return j
+}
+
+// Txn is the job's transaction (nil if its begin failed).
+func (j *Job) Txn() storage.Txn { return j.txn }
+
+// Commit commits the job's writes, unless ctx is over: past the engine
+// deadline a commit could land after a new leader took over, and not
+// committing is definite.
+func (j *Job) Commit(ctx context.Context) Result {
+	defer j.txn.Rollback()
+	if err := ctx.Err(); err != nil {
+		return Result{Effects: j.eff, Outcome: core.NotApplied, Err: err}
+	}
+	err := j.txn.Commit(ctx)
+	return Result{Effects: j.eff, Outcome: Outcome(err), Err: err}
+}
+
+// Abort gives the job up before its commit (err says why).
+func (j *Job) Abort(err error) Result {
+	j.txn.Rollback()
+	return Result{Effects: j.eff, Outcome: core.NotApplied, Err: err}
+}
+
 // Settled tells whether an applied work item is over without a commit,
 // and how: a failed evaluation or late work was not applied; work that
 // writes nothing (a fence that found the revision, an election read)
@@ -184,6 +269,11 @@ func Recover(ctx context.Context, eng storage.Engine) (core.State, error) {
 		return core.State{}, err
 	}
 	defer txn.Rollback()
+	return recoverIn(ctx, eng, txn)
+}
+
+// recoverIn is Recover in txn, begun on eng.
+func recoverIn(ctx context.Context, eng storage.Engine, txn storage.Txn) (core.State, error) {
 	if r, ok := eng.(storage.LockResolver); ok {
 		lower, upper := core.Keyspace()
 		if err := r.ResolveLocks(ctx, txn.StartTS(), lower, upper); err != nil {

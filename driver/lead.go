@@ -42,17 +42,18 @@ const (
 	// RunLocal: run the call on this member; it answers
 	// core.ErrNotLeader if the member does not lead.
 	RunLocal Action = iota + 1
-	// SendToLeader: send the call to the leader at Step.Addr.
+	// SendToLeader: send the call to the leader at Move.Addr.
 	SendToLeader
 	// WaitForLeader: wait for a leader change (AwaitLeader), then ask
-	// Next(nil, ...) again.
+	// Start again.
 	WaitForLeader
-	// Finished: the call ended; Step.Err is its answer.
+	// Finished: the call ended; Move.Err is its answer.
 	Finished
 )
 
-// Step is the next thing the host does with a call (Attempt.Next).
-type Step struct {
+// Move is the next thing the host does with a call (Attempt.Start,
+// Attempt.Next).
+type Move struct {
 	Action Action
 	Addr   string // SendToLeader: where the leader listens
 	Err    error  // Finished: the call's answer
@@ -81,15 +82,17 @@ func (d *Driver) Begin(forwarded bool) *Attempt {
 	return &Attempt{d: d, forwarded: forwarded, deadline: d.cfg.Clock.Now() + d.failoverWait()}
 }
 
-// Next takes the answer of the last step (nil at the start and after a
-// wait) and says what to do next. alive says whether the caller still
-// waits: a refused call nobody waits for ends with its refusal rather
-// than being tried again.
-func (a *Attempt) Next(prev *Answer, alive bool) Step {
-	if prev == nil {
-		a.sent = false
-		return Step{Action: RunLocal}
-	}
+// Start is the first move, and the move after a wait for a leader: run
+// the call here (the member, ticked, may lead by now).
+func (a *Attempt) Start() Move {
+	a.sent = false
+	return Move{Action: RunLocal}
+}
+
+// Next takes the answer of the last move and says what to do next.
+// alive says whether the caller still waits: a refused call nobody waits
+// for ends with its refusal rather than being tried again.
+func (a *Attempt) Next(prev Answer, alive bool) Move {
 	d, sent, err := a.d, a.sent, prev.Err
 	a.sent = false
 	switch {
@@ -97,49 +100,60 @@ func (a *Attempt) Next(prev *Answer, alive bool) Step {
 		if err == nil {
 			d.learn(prev.Rev)
 		}
-		return Step{Action: Finished, Err: err}
+		return Move{Action: Finished, Err: err}
 	case sent || !errors.Is(err, core.ErrNotLeader):
 		return a.again(err, alive)
 	case a.forwarded:
-		return Step{Action: Finished, Err: core.ErrNotLeader}
+		return Move{Action: Finished, Err: core.ErrNotLeader}
 	}
 	addr, ok := d.leaderAddr()
 	if !ok {
 		return a.again(err, alive)
 	}
 	a.sent = true
-	return Step{Action: SendToLeader, Addr: addr}
+	return Move{Action: SendToLeader, Addr: addr}
 }
 
 // again is the step after a refusal.
-func (a *Attempt) again(err error, alive bool) Step {
+func (a *Attempt) again(err error, alive bool) Move {
 	switch {
 	case !alive:
-		return Step{Action: Finished, Err: err}
+		return Move{Action: Finished, Err: err}
 	case a.d.cfg.Clock.Now() >= a.deadline:
-		return Step{Action: Finished, Err: core.ErrNoLeader}
+		return Move{Action: Finished, Err: core.ErrNoLeader}
 	}
-	return Step{Action: WaitForLeader}
+	return Move{Action: WaitForLeader}
 }
 
-// lead runs a call the driver itself makes on the leader (LeaderAddr,
-// ReadIndex) through an Attempt, in callbacks as the simulator's clock
-// needs: run runs it here (addr "") or at the leader's addr. alive nil:
-// always.
-func (d *Driver) lead(run func(addr string, done func(Answer)), alive func() bool, done func(error)) {
-	a := d.Begin(false)
-	var next func(*Answer)
-	next = func(prev *Answer) {
-		switch s := a.Next(prev, alive == nil || alive()); s.Action {
+// Lead runs a call that must run on the leader where an Attempt says,
+// in callbacks, so that the server (on goroutines) and the simulator (in
+// virtual time) run the same loop: run runs the call here (addr "") or
+// at the leader listening at addr, and reports how it ended; a wait for
+// another leader is AwaitLeader's. done gets the call's answer once.
+// alive says whether the caller still waits (nil: always): a call whose
+// caller left while it waited ends with the refusal that made it wait,
+// and does not run again.
+func (d *Driver) Lead(forwarded bool, alive func() bool, run func(addr string, done func(Answer)), done func(error)) {
+	a := d.Begin(forwarded)
+	waiting := func() bool { return alive == nil || alive() }
+	var move func(Move, error)
+	move = func(m Move, refusal error) {
+		switch m.Action {
 		case RunLocal, SendToLeader:
-			run(s.Addr, func(ans Answer) { next(&ans) })
+			run(m.Addr, func(ans Answer) { move(a.Next(ans, waiting()), ans.Err) })
 		case WaitForLeader:
-			d.AwaitLeader(func() { next(nil) })
+			d.AwaitLeader(func() {
+				if !waiting() {
+					done(refusal)
+					return
+				}
+				move(a.Start(), nil)
+			})
 		default:
-			done(s.Err)
+			done(m.Err)
 		}
 	}
-	next(nil)
+	move(a.Start(), nil)
 }
 
 // LeaderAddr calls done with the address of the leader once one other
@@ -147,7 +161,7 @@ func (d *Driver) lead(run func(addr string, done func(Answer)), alive func() boo
 // is known within the failover wait or while alive says so.
 func (d *Driver) LeaderAddr(alive func() bool, done func(addr string, ok bool)) {
 	var addr string
-	d.lead(func(at string, done func(Answer)) {
+	d.Lead(false, alive, func(at string, done func(Answer)) {
 		var ok bool
 		switch {
 		case at != "": // the Attempt found it
@@ -160,7 +174,7 @@ func (d *Driver) LeaderAddr(alive func() bool, done func(addr string, ok bool)) 
 			}
 		}
 		done(Answer{})
-	}, alive, func(err error) { done(addr, err == nil && addr != "") })
+	}, func(err error) { done(addr, err == nil && addr != "") })
 }
 
 // failoverWait bounds how long a call waits for a leader: long enough
@@ -293,7 +307,7 @@ func (d *Driver) readRound() {
 	}
 	d.mu.Unlock()
 	var rev int64
-	d.lead(func(addr string, done func(Answer)) {
+	d.Lead(false, nil, func(addr string, done func(Answer)) {
 		if addr != "" {
 			d.cfg.Transport.ReadIndex(addr, func(r int64, err error) {
 				rev = r
@@ -308,7 +322,7 @@ func (d *Driver) readRound() {
 		}
 		rev = c
 		done(Answer{Rev: c})
-	}, nil, func(err error) {
+	}, func(err error) {
 		for _, f := range batch {
 			f(rev, err)
 		}

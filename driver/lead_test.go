@@ -97,7 +97,10 @@ func TestAttemptSteps(t *testing.T) {
 				if len(got) > 10 {
 					t.Fatalf("no end: %q", got)
 				}
-				s := a.Next(prev, alive)
+				s := a.Start()
+				if prev != nil {
+					s = a.Next(*prev, alive)
+				}
 				prev = nil
 				switch s.Action {
 				case driver.RunLocal, driver.SendToLeader:
@@ -147,14 +150,14 @@ func TestAttemptSteps(t *testing.T) {
 func TestAttemptLearnsOnlySuccess(t *testing.T) {
 	d, _ := newFollower(t)
 	a := d.Begin(false)
-	a.Next(nil, true)
-	if s := a.Next(&driver.Answer{Rev: 4, Err: core.ErrNotLeader}, true); s.Action != driver.SendToLeader {
+	a.Start()
+	if s := a.Next(driver.Answer{Rev: 4, Err: core.ErrNotLeader}, true); s.Action != driver.SendToLeader {
 		t.Fatalf("step %+v, want SendToLeader", s)
 	}
 	if d.Known() != 0 {
 		t.Fatalf("learned r%d from a refusal", d.Known())
 	}
-	if s := a.Next(&driver.Answer{Rev: 11}, true); s.Action != driver.Finished || s.Err != nil {
+	if s := a.Next(driver.Answer{Rev: 11}, true); s.Action != driver.Finished || s.Err != nil {
 		t.Fatalf("step %+v, want Finished", s)
 	}
 	if d.Known() != 11 {

@@ -131,27 +131,41 @@ type authCheck func(st *auth.Store, id auth.Identity) error
 // rd and led). With auth off everything may run.
 func (s *Server) authorize(ctx context.Context, rd core.Reader, led bool, check authCheck) error {
 	st, err := s.authView(ctx, rd, led)
-	if err != nil || !st.Enabled {
-		return err
-	}
-	id, err := s.identify(ctx, st)
 	if err != nil {
 		return err
 	}
-	return check(st, id)
+	return s.checker(ctx, check)(st)
 }
 
-// authorizeLeader is authorize on the leader, with the leader's copy of
-// the store; core.ErrNotLeader if this instance does not lead, so that
-// the driver sends the call to the leader instead.
-func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
-	// A copy kept while leading, with no change of role since, says this
-	// instance leads (a role change bumps gen as it happens): no need to
-	// ask the member.
-	if !s.drv.AuthTrusted() && !s.step(nil) {
-		return core.ErrNotLeader
+// checker is check for the caller of ctx: with auth off everything may
+// run.
+func (s *Server) checker(ctx context.Context, check authCheck) func(*auth.Store) error {
+	return func(st *auth.Store) error {
+		if !st.Enabled {
+			return nil
+		}
+		id, err := s.identify(ctx, st)
+		if err != nil {
+			return err
+		}
+		return check(st, id)
 	}
-	return s.authorize(ctx, nil, true, check)
+}
+
+// authorizeLeader checks a call on the leader (driver.AuthorizeLeader):
+// core.ErrNotLeader if this instance does not lead, so that the driver
+// sends the call to the leader instead.
+func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
+	var err error
+	s.drv.AuthorizeLeader(func(loaded func(core.Reader, func(), error)) {
+		txn, err := s.eng.Begin(ctx)
+		if err != nil {
+			loaded(nil, nil, err)
+			return
+		}
+		loaded(storage.NewReader(txn), txn.Rollback, nil)
+	}, s.checker(ctx, check), func(e error) { err = e })
+	return err
 }
 
 // Checks that etcd makes of calls other than key ranges.

@@ -17,9 +17,9 @@
 //
 // Several instances may share one engine; one leads. On a follower, unary
 // calls that must run on the leader are forwarded to it (forward, lead:
-// a loop over a driver.Attempt), Watch and LeaseKeepAlive streams are relayed to it
+// driver.Lead), Watch and LeaseKeepAlive streams are relayed to it
 // (proxy.go), and reads run locally at a read index the leader gives
-// (snapshotLed). A leader reads at its own commit point. Members announce
+// (readSnapshot). A leader reads at its own commit point. Members announce
 // themselves in the engine (members.go); MoveLeader and Handoff hand the
 // lead over.
 //

@@ -124,13 +124,14 @@ func (s *Server) rangeChecked(ctx context.Context, r *pb.RangeRequest, check aut
 	if err := core.ValidateRange(r); err != nil {
 		return nil, err
 	}
-	txn, c, compacted, led, err := s.snapshotLed(ctx, r.Serializable)
+	snap, err := s.readSnapshot(ctx, r.Serializable)
 	if err != nil {
 		return nil, err
 	}
+	txn, c := snap.txn, snap.rev
 	defer txn.Rollback()
 	la := core.RangeLookahead(r, c)
-	if !led && check != nil {
+	if !snap.led && check != nil {
 		// A follower checks against the auth store in the read's own
 		// snapshot: its counter is read with the range's first reads.
 		la.Gets = append(la.Gets, core.MetaKey(auth.MetaAuthSeq))
@@ -140,11 +141,13 @@ func (s *Server) rangeChecked(ctx context.Context, r *pb.RangeRequest, check aut
 		return nil, err
 	}
 	if check != nil {
-		if err := s.authorize(ctx, rd, led, check); err != nil {
+		// Checked against the store in the read's own snapshot, looked
+		// at before it began.
+		if err := s.drv.Authorize(snap.auth, rd, s.checker(ctx, check)); err != nil {
 			return nil, err
 		}
 	}
-	return core.RangeCounted(rd, r, c, compacted, &s.counts, memoryFor(ctx))
+	return core.RangeCounted(rd, r, c, snap.compacted, &s.counts, memoryFor(ctx))
 }
 
 // HealthRead is etcd's health read, a one-key range (serializable: from

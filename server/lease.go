@@ -86,7 +86,7 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 			return toGRPC(err)
 		}
 		// An expired lease's keepalive waits here for the expiry's revoke.
-		resp, err := l.s.propose(stream.Context(), func(n *core.Node, id core.RequestID) { n.KeepAlive(id, req.ID, l.s.clock()) })
+		resp, err := l.s.await(stream.Context(), func(answer func(core.Response)) bool { return l.s.drv.KeepAlive(req.ID, answer) })
 		switch {
 		case errors.Is(err, core.ErrLeaseNotFound):
 			resp.LeaseTTL = 0 // etcd answers an unknown lease with TTL 0

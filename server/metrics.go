@@ -129,10 +129,13 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := s.member.Node()
 	if n != nil {
 		committed, compacted = n.Committed(), n.Compacted()
-		inflight, watchers, leases = n.InFlight(), len(s.watches), len(n.Leases())
+		inflight, leases = n.InFlight(), len(n.Leases())
 	}
 	_, hasLeader := s.member.Leader()
 	s.mu.Unlock()
+	if n != nil {
+		watchers, _ = s.drv.WatchCounts()
+	}
 	if n == nil {
 		committed = s.drv.Known()
 	}

@@ -247,7 +247,7 @@ func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 	gauge(descProposalsPending, float64(pending+st.LatchWaiting))
 	gauge(descCurrentRev, float64(st.Committed))
 	gauge(descCompactRev, float64(compacted))
-	watchers, streams := s.watchCounts()
+	watchers, streams := s.drv.WatchCounts()
 	gauge(descEtcdWatchers, float64(watchers))
 	gauge(descWatchStreams, float64(streams))
 	gauge(descIsLearner, 0) // every instance can lead
@@ -262,18 +262,6 @@ func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 	if limit, err := etcdruntime.FDLimit(); err == nil {
 		gauge(descFDLimit, float64(limit))
 	}
-}
-
-// watchCounts counts the watches this instance serves (as leader) and
-// the streams that carry them.
-func (s *Server) watchCounts() (watchers, streams int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen := make(map[*watchStream]bool, len(s.watches))
-	for _, ws := range s.watches {
-		seen[ws] = true
-	}
-	return len(s.watches), len(seen)
 }
 
 // countKeys counts the keys alive at the commit point, as a count-only

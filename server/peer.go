@@ -188,51 +188,45 @@ func brokeOff(ctx context.Context, err error) error {
 	return err
 }
 
-// lead runs a call on the leader where the driver's Attempt says: local
-// when this instance leads, otherwise forwarded over the peer connection;
-// a call the leader refused before applying it runs again on the next
-// leader. The driver only decides; the IO and the waiting happen here,
-// on the caller's goroutine, so nothing runs on after the caller left.
-func (s *Server) lead(ctx context.Context, local func() (int64, error), remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) error {
-	a := s.drv.Begin(forwarded(ctx))
-	var prev *driver.Answer
-	for {
-		step := a.Next(prev, ctx.Err() == nil && s.ctx.Err() == nil)
-		switch step.Action {
-		case driver.RunLocal:
+// lead runs a call on the leader through the driver's loop
+// (driver.Lead): local when this instance leads, otherwise forwarded over
+// the peer connection; a call the leader refused before applying it runs
+// again on the next leader. It reports whether the loop ended (a caller
+// that leaves early gets false, and must not read what local or remote
+// may still write).
+func (s *Server) lead(ctx context.Context, local func() (int64, error), remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) (ended bool, err error) {
+	ch := make(chan error, 1)
+	alive := func() bool { return ctx.Err() == nil && s.ctx.Err() == nil }
+	s.drv.Lead(forwarded(ctx), alive, func(addr string, done func(driver.Answer)) {
+		if addr == "" {
 			rev, err := local()
-			prev = &driver.Answer{Rev: rev, Err: err}
-		case driver.SendToLeader:
-			prev = s.sendToLeader(ctx, step.Addr, remote)
-		case driver.WaitForLeader:
-			prev = nil
-			changed := make(chan struct{})
-			s.drv.AwaitLeader(func() { close(changed) })
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return toGRPC(ctx.Err())
-			case <-s.ctx.Done():
-				return rpctypes.ErrGRPCStopped
-			}
-		default:
-			if ctx.Err() != nil && refused(step.Err) {
-				return toGRPC(ctx.Err())
-			}
-			return step.Err
+			done(driver.Answer{Rev: rev, Err: err})
+			return
 		}
+		done(s.sendToLeader(ctx, addr, remote))
+	}, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		if ctx.Err() != nil && refused(err) {
+			return true, toGRPC(ctx.Err())
+		}
+		return true, err
+	case <-ctx.Done():
+		return false, toGRPC(ctx.Err())
+	case <-s.ctx.Done():
+		return false, rpctypes.ErrGRPCStopped
 	}
 }
 
 // sendToLeader forwards a call to the leader at addr.
-func (s *Server) sendToLeader(ctx context.Context, addr string, remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) *driver.Answer {
+func (s *Server) sendToLeader(ctx context.Context, addr string, remote func(ctx context.Context, cc *grpc.ClientConn) (int64, error)) driver.Answer {
 	cc, err := s.peers.conn(addr)
 	if err != nil {
 		s.log.Warn("leader connection", "addr", addr, "err", err)
-		return &driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)}
+		return driver.Answer{Err: fmt.Errorf("%w: %v", core.ErrNotLeader, err)}
 	}
 	rev, err := remote(s.forwardContext(ctx), cc)
-	return &driver.Answer{Rev: rev, Err: brokeOff(ctx, err)}
+	return driver.Answer{Rev: rev, Err: brokeOff(ctx, err)}
 }
 
 // peerTransport asks the leader for its read index over gRPC.
@@ -283,13 +277,17 @@ func (s *Server) readIndex(ctx context.Context) (int64, error) {
 // answer, whose header revision the driver learns.
 func forward[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var out T
-	err := s.lead(ctx, func() (rev int64, err error) {
+	ended, err := s.lead(ctx, func() (rev int64, err error) {
 		out, err = local()
 		return headerRev(out, err), err
 	}, func(ctx context.Context, cc *grpc.ClientConn) (rev int64, err error) {
 		out, err = remote(ctx, cc)
 		return headerRev(out, err), err
 	})
+	if !ended {
+		var zero T
+		return zero, err
+	}
 	return out, toGRPC(err)
 }
 
@@ -307,37 +305,50 @@ func headerRev[T interface{ GetHeader() *pb.ResponseHeader }](out T, err error) 
 // serializable read, uses the last one it learned) and reads the compact
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
-	txn, c, compacted, _, err := s.snapshotLed(ctx, serializable)
-	return txn, c, compacted, err
+	r, err := s.readSnapshot(ctx, serializable)
+	return r.txn, r.rev, r.compacted, err
 }
 
-// snapshotLed is snapshot that also says whether this instance led when
-// it took the snapshot.
-func (s *Server) snapshotLed(ctx context.Context, serializable bool) (txn storage.Txn, c, compacted int64, led bool, err error) {
-	c, compacted, led = s.drv.ReadPoint()
-	if !led {
-		var err error
-		if c = s.drv.FollowerPoint(serializable); c == 0 {
-			if c, err = s.readIndex(ctx); err != nil {
-				return nil, 0, 0, false, err
+// readSnap is a read's engine snapshot (see snapshot).
+type readSnap struct {
+	txn            storage.Txn
+	rev, compacted int64
+	led            bool // this instance led when it took the snapshot
+	// auth is what its auth check knew before the snapshot began
+	// (driver.LookAuth).
+	auth driver.AuthLook
+}
+
+// readSnapshot is snapshot, with whether this instance led and the
+// look at the auth store its check needs.
+func (s *Server) readSnapshot(ctx context.Context, serializable bool) (readSnap, error) {
+	var r readSnap
+	r.rev, r.compacted, r.led = s.drv.ReadPoint()
+	if !r.led {
+		if r.rev = s.drv.FollowerPoint(serializable); r.rev == 0 {
+			var err error
+			if r.rev, err = s.readIndex(ctx); err != nil {
+				return readSnap{}, err
 			}
 		}
 	}
 	bctx := ctx
-	if led {
+	if r.led {
 		// Every revision up to c committed through this engine before c
 		// got there.
 		bctx = storage.WithLeaderSnapshot(ctx)
 	}
-	txn, err = s.eng.Begin(bctx)
+	r.auth = s.drv.LookAuth(r.led)
+	txn, err := s.eng.Begin(bctx)
 	if err != nil {
-		return nil, 0, 0, false, err
+		return readSnap{}, err
 	}
-	if !led {
-		if compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
+	if !r.led {
+		if r.compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
 			txn.Rollback()
-			return nil, 0, 0, false, err
+			return readSnap{}, err
 		}
 	}
-	return txn, c, compacted, led, nil
+	r.txn = txn
+	return r, nil
 }

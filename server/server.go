@@ -145,14 +145,12 @@ type Server struct {
 	log *slog.Logger
 	id  string // this incarnation's name in the election record
 
-	mu     sync.Mutex // guards member, streams and delivery order
+	mu     sync.Mutex // guards member and delivery order
 	member *core.Member
 	drv    *driver.Driver
 	// mcfg is the member's configuration with defaults, read without
 	// the lock (only its Addr changes later, and nothing here reads it).
-	mcfg    core.MemberConfig
-	watches map[core.WatchID]*watchStream
-	nextW   core.WatchID
+	mcfg core.MemberConfig
 
 	metrics   *metrics
 	admission *admission
@@ -205,8 +203,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
-		watches: map[core.WatchID]*watchStream{},
-		ctx:     ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel,
 	}
 	s.auth.cfg = cfg.Auth.withDefaults()
 	s.tokens = newAuthTokens(s.auth.cfg)
@@ -227,11 +224,6 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 			return secret, err
 		},
 		Hooks: driver.Hooks{
-			Watch: func(n *core.Node, wr core.WatchResponse) {
-				if ws := s.watches[wr.ID]; ws != nil {
-					ws.deliver(n, wr)
-				}
-			},
 			RoleChanged: func(*core.Member) { s.roleChanged() },
 			Unclaimed:   func(r core.Response) { s.metrics.etcd.unclaimed(r) },
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
@@ -338,21 +330,11 @@ func (s *Server) step(fn func(n *core.Node)) bool { return s.drv.Step(nil, fn) }
 // stepMember runs fn against the member itself, then acts as step does.
 func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
 
-// roleChanged acts on a change of leadership; called with s.mu held.
+// roleChanged acts on a change of leadership (the driver ends the watch
+// streams of a lost lead); called with s.mu held.
 func (s *Server) roleChanged() {
-	role := s.member.Role()
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()
-	if s.member.Node() != nil {
-		return
-	}
-	if role != core.Follower {
-		return
-	}
-	for id, ws := range s.watches {
-		ws.stop()
-		delete(s.watches, id)
-	}
 }
 
 // Key cache bounds: a 32nd of the memory budget, at most maxKeyCache
@@ -407,32 +389,37 @@ func (s *Server) execWorker() {
 	}
 }
 
-// run executes one work item.
+// run executes one work item. A commit must land within the engine
+// deadline or not at all: that is what lets a new leader start safely
+// (docs/design.md, "Leadership").
 func (s *Server) run(w *core.Work) driver.Result {
-	switch w.Kind {
-	case core.WorkCatchUp:
-		evs, last, err := driver.CatchUp(s.ctx, s.eng, w, s.mcfg.Node.CatchUpBatch)
-		return driver.Result{Events: evs, Last: last, Err: err}
-	case core.WorkRecover:
-		st, err := driver.Recover(s.ctx, s.eng)
-		return driver.Result{State: st, Err: err}
+	if w.Kind == core.WorkCatchUp || w.Kind == core.WorkRecover {
+		return s.drv.StartWork(s.ctx, s.eng, w).Result // reads, with no deadline
 	}
-	// A commit must land within the engine deadline or not at all: that
-	// is what lets a new leader start safely (docs/design.md,
-	// "Leadership").
 	began := time.Now()
 	ctx := newLazyDeadline(s.ctx, began.Add(s.mcfg.EngineDeadline/2))
 	defer ctx.stop()
-	eff, out, err := driver.Run(ctx, s.eng, w, s.drv)
-	s.metrics.observeRun(w, time.Since(began), eff, out)
-	return driver.Result{Effects: eff, Outcome: out, Err: err}
+	j := s.drv.StartWork(ctx, s.eng, w)
+	r := j.Result
+	if !j.Done {
+		r = j.Commit(ctx)
+	}
+	s.metrics.observeRun(w, time.Since(began), r.Effects, r.Outcome)
+	return r
 }
 
 // propose sends a request through the node and waits for its answer;
 // core.ErrNotLeader if this instance does not lead.
 func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.RequestID)) (core.Response, error) {
+	return s.await(ctx, func(answer func(core.Response)) bool { return s.drv.Propose(submit, answer) })
+}
+
+// await starts a request on the leader's node through the driver (start
+// reports whether this instance leads, and calls answer once if so) and
+// waits for its answer.
+func (s *Server) await(ctx context.Context, start func(answer func(core.Response)) bool) (core.Response, error) {
 	ch := make(chan core.Response, 1)
-	if !s.drv.Propose(submit, func(r core.Response) { ch <- r }) {
+	if !start(func(r core.Response) { ch <- r }) {
 		return core.Response{}, core.ErrNotLeader
 	}
 	select {

@@ -194,33 +194,31 @@ func (n *node) authCheck(c *call, st *auth.Store) error {
 	return nil
 }
 
-// authorizeLeader checks a call on the leader, as the server's
-// authorizeLeader does: against the leader's copy of the store if the
-// driver trusts it, else against the store in a new snapshot, read with
-// the engine's latency and the plan's stall (a change may finish
-// meanwhile).
+// authorizeLeader checks a call on the leader through the driver, as the
+// server's authorizeLeader does: against the leader's copy of the store
+// if the driver trusts it, else against the store in a new snapshot,
+// read with the engine's latency and the plan's stall (a change may
+// finish meanwhile).
 func (n *node) authorizeLeader(c *call, next func(error)) {
 	if !n.w.plan.Auth {
 		next(nil)
 		return
 	}
-	look := n.drv.LookAuth(true)
-	if st := look.Trusted(); st != nil {
-		next(n.authCheck(c, st))
-		return
-	}
-	txn, err := n.w.eng.Begin(context.Background())
-	if err != nil {
-		n.on(n.latency(), "auth read failed", func() { next(err) })
-		return
-	}
-	n.on(txn.(*memkv.Txn).Delay()+n.authStall(look, true), "auth read", func() {
-		st, err := n.drv.LoadAuth(look, storage.NewReader(txn))
-		txn.Rollback()
-		n.w.checkWellFormed(n, "auth load", err)
-		if err == nil {
-			err = n.authCheck(c, st)
+	n.drv.AuthorizeLeader(func(loaded func(core.Reader, func(), error)) {
+		txn, err := n.w.eng.Begin(context.Background())
+		if err != nil {
+			n.on(n.latency(), "auth read failed", func() { loaded(nil, nil, err) })
+			return
 		}
+		stall := n.w.plan.AuthLoadStall
+		if stall > 0 {
+			n.w.fault("auth-stall", "%s loads the store in %v", n.id(), stall)
+		}
+		n.on(txn.(*memkv.Txn).Delay()+stall, "auth read", func() { loaded(storage.NewReader(txn), txn.Rollback, nil) })
+	}, func(st *auth.Store) error {
+		return n.authCheck(c, st)
+	}, func(err error) {
+		n.w.checkWellFormed(n, "auth load", err)
 		next(err)
 	})
 }
@@ -242,23 +240,13 @@ func writesAuth(keys [][]byte) bool {
 }
 
 // authorizeRead checks a range against the store in the read's own
-// snapshot rd (looked at with look before it began). With the planted
-// StaleAuthReads a follower reads the node's first snapshot instead.
-func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader, led bool) error {
+// snapshot rd (looked at with look before it began), through the driver
+// as the server's range does.
+func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader) error {
 	if !n.w.plan.Auth {
 		return nil
 	}
-	if n.w.cfg.Plants.StaleAuthReads && !led {
-		if n.authSnap == nil {
-			n.authSnap = n.w.eng.Archive()
-		}
-		rd = storage.NewReader(n.authSnap)
-	}
-	st, err := n.drv.LoadAuth(look, rd)
-	if err != nil {
-		return err
-	}
-	return n.authCheck(c, st)
+	return n.drv.Authorize(look, rd, func(st *auth.Store) error { return n.authCheck(c, st) })
 }
 
 // changeAuth runs the admin's change through the driver, on the leader.

@@ -458,11 +458,7 @@ func (w *World) checkWatches(evs []core.Event) error {
 	for _, c := range w.clients {
 		for i, cw := range c.watches {
 			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete, Compacted: compacted}
-			got := make([]linearizability.Received, 0, len(cw.got))
-			for _, wr := range cw.got {
-				got = append(got, linearizability.Received{Events: wr.Events, HeaderRev: wr.Revision, Progress: wr.Progress, Canceled: wr.Canceled, CompactRevision: wr.CompactRevision})
-			}
-			if err := linearizability.CheckWatch(committed, spec, got); err != nil {
+			if err := linearizability.CheckWatch(committed, spec, cw.got); err != nil {
 				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
+	"github.com/axon-kv/axon/linearizability"
 )
 
 type opKind uint8
@@ -192,7 +193,8 @@ type clientWatch struct {
 	node      *node
 	nodeEpoch int
 	id        core.WatchID
-	got       []core.WatchResponse
+	got       []linearizability.Received
+	frag      []*mvccpb.Event // the events of fragments not yet whole
 	lastRev   int64
 	created   bool
 	ended     bool
@@ -201,9 +203,9 @@ type clientWatch struct {
 }
 
 type watchSpec struct {
-	Key, End         []byte
-	StartRev         int64
-	PrevKV, NoDelete bool
+	Key, End                   []byte
+	StartRev                   int64
+	PrevKV, NoDelete, Fragment bool
 }
 
 func (c *client) keyspace() []string {
@@ -531,6 +533,7 @@ func (c *client) startWatch(rev int64) {
 	if c.kind == etcdClient {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
+	spec.Fragment = c.w.chance(0.3)
 	cw := &clientWatch{spec: spec, lastRev: rev - 1}
 	c.watch = cw
 	c.watches = append(c.watches, cw)
@@ -586,22 +589,38 @@ func (c *client) progressLoop(cw *clientWatch) {
 	})
 }
 
-func (c *client) watchResponse(cw *clientWatch, wr core.WatchResponse) {
+// watchResponse takes a response from the watch stream, as clientv3
+// does: fragments are put together first, a created one starts the
+// watch, a canceled one ends it.
+func (c *client) watchResponse(cw *clientWatch, r *pb.WatchResponse) {
 	if cw.ended {
 		return
 	}
-	cw.got = append(cw.got, wr)
-	if wr.Canceled {
-		c.watchBroken(cw)
+	if r.Fragment {
+		cw.frag = append(cw.frag, r.Events...)
 		return
 	}
-	for _, ev := range wr.Events {
+	events := r.Events
+	if len(cw.frag) > 0 {
+		events, cw.frag = append(cw.frag, r.Events...), nil
+	}
+	cw.got = append(cw.got, linearizability.Received{Events: events, HeaderRev: r.Header.GetRevision(),
+		Progress: len(events) == 0 && !r.Created && !r.Canceled && r.CompactRevision == 0,
+		Canceled: r.Canceled, CompactRevision: r.CompactRevision})
+	switch {
+	case r.Canceled:
+		c.watchBroken(cw)
+		return
+	case r.Created:
+		c.watchCreated(cw)
+	}
+	for _, ev := range events {
 		if ev.Kv.ModRevision > cw.lastRev {
 			cw.lastRev = ev.Kv.ModRevision
 		}
 	}
-	if wr.Revision > cw.lastRev {
-		cw.lastRev = wr.Revision
+	if rev := r.Header.GetRevision(); len(events) == 0 && !r.Created && rev > cw.lastRev {
+		cw.lastRev = rev // a progress notification
 	}
 }
 

@@ -48,8 +48,25 @@
 // once; and no engine read of a node meets a malformed record (a write
 // whose key cache entry is newer than its snapshot does, and the driver
 // only retries it). A crashed node's pending answers die with it.
-// Config's BreakDrift breaks an assumption and its Plants plant bugs, for
-// tests that prove the checkers see what they are for. cmd/axon's `axon
+//
+// What the simulator runs and what it simulates: from the driver down,
+// it runs the server's code. The loop that runs a call on the leader
+// (driver.Lead), the watch stream from creation to the responses that go
+// out (driver.WatchStream: outbox, previous values' read, fragments,
+// progress, slow-watcher cut-off), the execution of work items
+// (driver.StartWork, Job.Commit), the auth checks (driver.AuthorizeLeader,
+// driver.Authorize) and keepalives (driver.KeepAlive) are the server's own;
+// what stays here is the world around them: the network (net.go, with the
+// follower's relay of a watch to the leader), the nodes' clocks and
+// crashes (node.go), the engine's latency and faults, and the clients,
+// which decode the streams as clientv3 does (fragments put together).
+// What stays in server/ is gRPC: decoding, the handlers' goroutines and
+// waits, encoding.
+//
+// Config's BreakDrift breaks an assumption, its Plants plant faults of
+// the world, and its Knobs (driver.TestingKnobs) plant Axon's own bugs in
+// the code the server runs, for tests that prove the checkers see what
+// they are for. cmd/axon's `axon
 // sim` runs one seed or a swarm; docs/testing.md tells how to run and
 // replay seeds.
 package sim

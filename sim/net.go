@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 )
@@ -115,7 +117,12 @@ func (w *World) streamDelay(sub *watchSub) time.Duration {
 	return at - w.now
 }
 
-// createWatch registers a client's watch on the leader's node.
+// watchFragmentBytes is where the simulated streams split a response of a
+// watch created with fragment: small, so that most such responses of
+// several events are split.
+const watchFragmentBytes = 160
+
+// createWatch opens a client's watch stream on the leader's node.
 func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	nd := n.member.Node()
 	if nd == nil {
@@ -142,47 +149,40 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 		return
 	}
 	n.nextWatch++
-	id := n.nextWatch
-	sub := &watchSub{c: c, cw: cw, lastAt: n.w.now, out: driver.NewOutbox[core.WatchResponse](n.w.plan.WatchQueue)}
-	n.subs[id] = sub
-	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, id
-	if err := nd.AddWatch(core.Watch{ID: id, Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete}); err != nil {
-		delete(n.subs, id)
-		n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) })
-		return
+	sub := &watchSub{id: n.nextWatch, c: c, cw: cw, lastAt: n.w.now}
+	sub.ws = n.drv.NewWatchStream(driver.WatchConfig{
+		Limit: n.w.plan.WatchQueue, FragmentBytes: watchFragmentBytes,
+		Header: func(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} },
+		Slow: func(int64) {
+			n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, c.idx, cw.lastRev, sub.ws.Pending())
+		},
+		Queued:  func() { n.flush(sub) },
+		Stopped: func() { n.endSub(sub) },
+	})
+	n.subs[sub.id] = sub
+	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, sub.id
+	req := &pb.WatchCreateRequest{Key: cw.spec.Key, RangeEnd: cw.spec.End, StartRevision: cw.spec.StartRev,
+		PrevKv: cw.spec.PrevKV, Fragment: cw.spec.Fragment}
+	if cw.spec.NoDelete {
+		req.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}
 	}
-	n.w.after(n.w.streamDelay(sub), "watch-created", func() { c.watchCreated(cw) })
-	n.process()
+	sub.ws.Create(req) // not leading: the stream stops (endSub)
 }
 
-// deliverWatch queues a node watch response on its stream's outbox,
-// which cuts the watcher off if its client has let too many pile up.
-func (n *node) deliverWatch(nd *core.Node, wr core.WatchResponse) {
-	sub := n.subs[wr.ID]
-	if sub == nil {
+// endSub ends a stream the node no longer serves: the client's watch
+// breaks and it resumes. It may run with the driver's lock held.
+func (n *node) endSub(sub *watchSub) {
+	if n.subs[sub.id] != sub {
 		return
 	}
-	if n.isolated {
-		delete(n.subs, wr.ID)
-		nd.CancelWatch(wr.ID)
-		n.w.after(0, "watch-broken", func() { sub.c.watchBroken(sub.cw) })
-		return
-	}
-	switch {
-	case !sub.out.Admit(nd, wr):
-		n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, sub.c.idx, sub.cw.lastRev, sub.out.Len())
-		delete(n.subs, wr.ID)
-		wr = core.WatchResponse{ID: wr.ID, Canceled: true, Revision: wr.Revision}
-	case wr.Canceled:
-		delete(n.subs, wr.ID)
-	}
-	sub.out.Push(wr)
-	n.flush(sub)
+	delete(n.subs, sub.id)
+	n.w.after(n.w.streamDelay(sub), "watch-broken", func() { sub.c.watchBroken(sub.cw) })
 }
 
-// flush sends what the stream's outbox holds, in order, after a network
-// delay; a client that has stopped reading takes nothing until it reads
-// again, so meanwhile its outbox fills.
+// flush sends what the stream holds, in order, after a network delay; a
+// client that has stopped reading takes nothing until it reads again, so
+// meanwhile the stream's outbox fills. It runs with the driver's lock
+// held (WatchConfig.Queued): it only schedules.
 func (n *node) flush(sub *watchSub) {
 	if sub.flushing {
 		return
@@ -192,38 +192,42 @@ func (n *node) flush(sub *watchSub) {
 	if until := sub.cw.stalledUntil; until > n.w.now+d {
 		d, sub.lastAt = until-n.w.now, until
 	}
+	epoch := n.epoch
 	n.w.after(d, "watch-event", func() {
 		sub.flushing = false
-		if sub.cw.stalledUntil > n.w.now {
+		switch {
+		case n.epoch != epoch || n.subs[sub.id] != sub:
+			return // the node crashed, or stopped serving the stream
+		case sub.cw.ended || n.isolated:
+			// The client has gone, or the connection to it broke: the
+			// stream closes, and its watches with it.
+			delete(n.subs, sub.id)
+			sub.ws.Close()
+			sub.c.watchBroken(sub.cw)
+			return
+		case sub.cw.stalledUntil > n.w.now:
 			n.flush(sub)
 			return
 		}
-		sub.taken = append(sub.taken, sub.out.Take()...)
-		for len(sub.taken) > 0 {
-			// As the server's sender: read the previous values the
-			// events lack, from the engine, before sending.
-			if n.w.cfg.Plants.SkipPrevReads {
-				sub.taken[0].Unread = nil
-			}
-			if err := driver.ReadPrev(context.Background(), n.w.eng, &sub.taken[0]); err != nil {
-				n.w.checkWellFormed(n, "previous values' read", err)
-				n.w.note("%s: watch of c%d waits for previous values: %v", n.name, sub.c.idx, err)
-				n.w.after(n.latency()+time.Millisecond, "watch-retry", func() { n.flush(sub) })
-				return
-			}
-			wr := sub.taken[0]
-			sub.taken = sub.taken[1:]
-			sub.c.watchResponse(sub.cw, wr)
+		// As the server's sender: the driver reads the previous values
+		// the events lack, from the engine, before they go.
+		rs, err := sub.ws.Next(context.Background(), n.w.eng)
+		if err != nil {
+			n.w.checkWellFormed(n, "previous values' read", err)
+			n.w.note("%s: watch of c%d waits for previous values: %v", n.name, sub.c.idx, err)
+			n.w.after(n.latency()+time.Millisecond, "watch-retry", func() { n.flush(sub) })
+			return
+		}
+		for _, r := range rs {
+			sub.c.watchResponse(sub.cw, r)
 		}
 	})
 }
 
-// requestProgress asks the node to answer a client's progress request
-// once its watch is synced; the answer comes in stream order with the
-// watch's events (deliverWatch).
+// requestProgress asks the stream for etcd's RequestProgress answer,
+// which comes in stream order with the watch's events.
 func (n *node) requestProgress(id core.WatchID) {
-	if n.subs[id] == nil {
-		return
+	if sub := n.subs[id]; sub != nil {
+		sub.ws.RequestProgress()
 	}
-	n.drv.Step(nil, func(nd *core.Node) { nd.RequestProgress(id) })
 }

@@ -34,22 +34,18 @@ type node struct {
 	calls         map[core.RequestID]*call // every call proposed here, for ground truth
 	nextWatch     core.WatchID
 	subs          map[core.WatchID]*watchSub
-	authSnap      storage.Txn // the planted StaleAuthReads' snapshot
 }
 
-// watchSub is a client watch served by this node while it leads.
+// watchSub is a client's watch stream served by this node while it
+// leads: the driver's stream, as the server's Watch handler has one.
 type watchSub struct {
+	id     core.WatchID // the node's name for the stream
 	c      *client
 	cw     *clientWatch
+	ws     *driver.WatchStream
 	lastAt time.Duration // delivery time of the last message (FIFO stream)
-	// out is the stream's outbox, the driver's, bounded as the server's;
-	// flushing says a send of what it holds is scheduled.
-	out      *driver.Outbox[core.WatchResponse]
+	// flushing says a send of what the stream holds is scheduled.
 	flushing bool
-	// taken holds what a flush took from out and has not sent yet: a
-	// response whose previous values could not be read waits, with
-	// everything after it, for the next try.
-	taken []core.WatchResponse
 }
 
 func newNode(w *World, idx int) *node {
@@ -75,7 +71,6 @@ func (n *node) start() {
 	n.epoch++
 	n.calls = map[core.RequestID]*call{}
 	n.subs = map[core.WatchID]*watchSub{}
-	n.authSnap = nil
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
@@ -83,7 +78,7 @@ func (n *node) start() {
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
 		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeyCacheBytes: n.w.plan.KeyCacheBytes,
-		Testing: driver.TestingKnobs{KeepGenOnFailedAuth: n.w.cfg.Plants.KeepGenOnFailedAuth, KeepKeysOnUncertain: n.w.cfg.Plants.KeepKeysOnUncertain}, Hooks: driver.Hooks{
+		Testing: n.w.cfg.Knobs, Hooks: driver.Hooks{
 			Check: func(m *core.Member) {
 				if nd := m.Node(); nd != nil {
 					n.w.checkTermLedOnce(n.id(), m.Term(), nd)
@@ -94,7 +89,6 @@ func (n *node) start() {
 					n.checkCompacted(nd)
 				}
 			},
-			Watch: func(nd *core.Node, wr core.WatchResponse) { n.deliverWatch(nd, wr) },
 			Unclaimed: func(r core.Response) {
 				if r.ID == 0 && r.Lease != 0 && r.Err == nil {
 					n.w.expiries = append(n.w.expiries, expiry{lease: r.Lease, rev: r.Rev, at: n.w.now, wrote: r.Wrote})
@@ -102,13 +96,6 @@ func (n *node) start() {
 			},
 			RoleChanged: func(m *core.Member) {
 				n.w.note("%s role %s term=%d", n.id(), m.Role(), m.Term())
-				if m.Role() != core.Leader {
-					for _, id := range n.subIDs() {
-						sub := n.subs[id]
-						delete(n.subs, id)
-						sub.c.watchBroken(sub.cw)
-					}
-				}
 			},
 			HandedOff: func(rec *core.ElectionRecord) {
 				// Tell the successor at once rather than let it notice.
@@ -129,7 +116,7 @@ func (n *node) crash() {
 	for _, id := range n.subIDs() {
 		n.subs[id].c.watchBroken(n.subs[id].cw)
 	}
-	n.subs = nil
+	n.subs = map[core.WatchID]*watchSub{}
 }
 
 // restart starts the node again if it is still down.
@@ -199,19 +186,14 @@ func (e simExec) Exec(d *driver.Driver, w *core.Work) { e.n.runWork(d, w) }
 
 func (n *node) latency() time.Duration { return n.w.between(0, n.w.plan.EngineLatency) }
 
-// runWork executes one work item: begin, evaluate and buffer writes now
+// runWork executes one work item through the driver's Job, as the
+// server's executor does: begin, read or evaluate and buffer writes now
 // (the snapshot), commit after the engine's latency, report after the
 // commit's. A commit later than half the engine deadline after begin is
 // refused: the deadline is what makes leader changes safe.
 func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 	ctx := context.Background()
 	began := n.clock()
-	txn, err := n.w.eng.Begin(ctx)
-	if err != nil {
-		n.on(n.latency(), "work failed", func() { n.finish(d, wk, nil, core.NotApplied, err) })
-		return
-	}
-	mtx := txn.(*memkv.Txn)
 	var slow time.Duration
 	if wk.Kind == core.WorkCompact && n.w.transferOnCompact {
 		// The deferred transfer fault: hand over while this compaction
@@ -220,46 +202,35 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 		slow = n.w.between(0, engineDeadline/2-n.w.plan.EngineLatency)
 		n.w.after(0, "transfer", n.transferAway)
 	}
-	switch wk.Kind {
-	case core.WorkCatchUp:
-		evs, last, err := core.ReadEvents(storage.NewReader(txn), wk.From, wk.To, 16)
-		txn.Rollback()
-		n.on(mtx.Delay(), "catchup", func() { d.Done(wk, driver.Result{Events: evs, Last: last, Err: err}) })
-		return
-	case core.WorkRecover:
-		st, err := core.Recover(storage.NewReader(txn))
-		txn.Rollback()
-		n.w.checkWellFormed(n, "recovery", err)
-		if err != nil {
-			n.w.note("%s recover failed: %v", n.id(), err)
-		}
-		n.on(mtx.Delay(), "recovered", func() { d.Done(wk, driver.Result{State: st, Err: err}) })
+	j := d.StartWork(ctx, nodeEngine{n.w}, wk)
+	if j.Txn() == nil {
+		n.on(n.latency(), "work failed", func() { n.finish(d, wk, j.Result) })
 		return
 	}
-	if n.w.cfg.Plants.DealEagerly && wk.Kind == core.WorkRequest && wk.Rev == 0 {
-		// The planted bug: deal before knowing whether it writes.
-		_ = d.Deal(wk)
-	}
-	if n.w.cfg.Plants.DealEagerly && wk.Kind == core.WorkBatch {
-		for _, sub := range wk.Batch {
-			_ = d.Deal(sub)
+	mtx := memTxn(j.Txn())
+	if j.Done {
+		what := "work read-only"
+		switch wk.Kind {
+		case core.WorkCatchUp:
+			what = "catchup"
+		case core.WorkRecover:
+			what = "recovered"
+			n.w.checkWellFormed(n, "recovery", j.Result.Err)
+			if j.Result.Err != nil {
+				n.w.note("%s recover failed: %v", n.id(), j.Result.Err)
+			}
 		}
-	}
-	eff, err := driver.Apply(n.w.writer(txn), wk, d)
-	if out, done := driver.Settled(eff, err); done {
-		txn.Rollback()
-		n.on(mtx.Delay(), "work read-only", func() { n.finish(d, wk, eff, out, err) })
+		n.on(mtx.Delay(), what, func() { n.finish(d, wk, j.Result) })
 		return
 	}
 	n.on(mtx.Delay()+slow, "commit", func() {
 		if n.clock()-began > engineDeadline/2 {
-			txn.Rollback()
-			n.finish(d, wk, eff, core.NotApplied, fmt.Errorf("engine deadline passed"))
+			n.finish(d, wk, j.Abort(fmt.Errorf("engine deadline passed")))
 			return
 		}
 		before := mtx.Delay()
-		err := txn.Commit(ctx)
-		out := driver.Outcome(err)
+		r := j.Commit(ctx)
+		eff, out := r.Effects, r.Outcome
 		if wk.Kind == core.WorkRequest && wk.ID == 0 && wk.Lease != nil && out != core.NotApplied {
 			a := attempt{rev: wk.Rev, term: wk.Term, lease: leaseReply{id: wk.Lease.ID}, by: n.w.now + n.w.plan.Engine.MaxApplyAfter}
 			if wk.Rev == 0 {
@@ -284,7 +255,7 @@ func (n *node) runWork(d *driver.Driver, wk *core.Work) {
 			n.w.crashNode("crash in commit", n)
 			return
 		}
-		n.on(mtx.Delay()-before, "committed", func() { n.finish(d, wk, eff, out, err) })
+		n.on(mtx.Delay()-before, "committed", func() { n.finish(d, wk, r) })
 	})
 }
 
@@ -324,14 +295,14 @@ func describeWork(wk *core.Work) string {
 	return core.DescribeWork(wk)
 }
 
-func (n *node) finish(d *driver.Driver, wk *core.Work, eff *core.Effects, out core.Outcome, err error) {
-	if wk.Kind != core.WorkSweep {
-		n.w.note("%s %s -> %v %v", n.id(), describeWork(wk), out, errText(err))
+func (n *node) finish(d *driver.Driver, wk *core.Work, r driver.Result) {
+	if wk.Kind != core.WorkSweep && wk.Kind != core.WorkCatchUp && wk.Kind != core.WorkRecover {
+		n.w.note("%s %s -> %v %v", n.id(), describeWork(wk), r.Outcome, errText(r.Err))
 	}
-	if err != nil {
-		n.w.checkWellFormed(n, describeWork(wk), err)
+	if r.Err != nil && wk.Kind != core.WorkRecover {
+		n.w.checkWellFormed(n, describeWork(wk), r.Err)
 	}
-	d.Done(wk, driver.Result{Effects: eff, Outcome: out, Err: err})
+	d.Done(wk, r)
 }
 
 func errText(err error) string {
@@ -384,31 +355,23 @@ func (n *node) handle(c *call) {
 // on the leader, where the driver's Attempt says (forwarded calls come
 // from another node and are not sent on). It is the server's lead in
 // callbacks: the simulator's IO answers later, in virtual time.
-func (n *node) serve(c *call, forwarded bool, done func(answer, error)) {
+func (n *node) serve(c *call, forwarded bool, reply func(answer, error)) {
 	if c.done {
 		return
 	}
 	if c.in.kind == opRange && !forwarded {
-		n.rangeRead(c, done)
+		n.rangeRead(c, reply)
 		return
 	}
 	var got answer
-	a := n.drv.Begin(forwarded)
-	var next func(prev *driver.Answer)
-	answered := func(err error) { next(&driver.Answer{Rev: got.rev, Err: err}) }
-	next = func(prev *driver.Answer) {
-		switch s := a.Next(prev, !c.done); s.Action {
-		case driver.RunLocal:
+	n.drv.Lead(forwarded, func() bool { return !c.done }, func(addr string, done func(driver.Answer)) {
+		answered := func(err error) { done(driver.Answer{Rev: got.rev, Err: err}) }
+		if addr == "" {
 			n.local(c, &got, answered)
-		case driver.SendToLeader:
-			n.forward(c, s.Addr, &got, answered)
-		case driver.WaitForLeader:
-			n.drv.AwaitLeader(func() { next(nil) })
-		default:
-			done(got, s.Err)
+			return
 		}
-	}
-	next(nil)
+		n.forward(c, addr, &got, answered)
+	}, func(err error) { reply(got, err) })
 }
 
 // local runs a call on this node if it leads: core.ErrNotLeader if not.
@@ -446,12 +409,12 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 	case opCompact:
 		checked(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
 	case opKeepAlive:
-		if _, err := nd.TimeToLive(c.in.lease, n.clock()); err != nil && n.w.cfg.Plants.EarlyLeaseGone {
-			*got = answer{lease: leaseReply{id: c.in.lease}, rev: nd.Committed()}
-			done(err) // the planted bug: TimeToLive hides a lease whose expiry is in flight
-			return
+		if !n.await(c, func(answer func(core.Response)) bool { return n.drv.KeepAlive(c.in.lease, answer) }, func(a answer, err error) {
+			*got = a
+			done(err)
+		}) {
+			done(core.ErrNotLeader)
 		}
-		submit(func(nd *core.Node, id core.RequestID) { nd.KeepAlive(id, c.in.lease, n.clock()) })
 	case opAuth:
 		n.changeAuth(c, done)
 	}
@@ -474,10 +437,18 @@ func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 // answered (ErrLeaderChanged, an unknown outcome, if the lead is lost).
 // It reports whether the node leads; if not, answered is never called.
 func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answered func(answer, error)) bool {
-	return n.drv.Propose(func(nd *core.Node, id core.RequestID) {
-		n.calls[id] = c
-		submit(nd, id)
-	}, func(r core.Response) {
+	return n.await(c, func(answer func(core.Response)) bool {
+		return n.drv.Propose(func(nd *core.Node, id core.RequestID) {
+			n.calls[id] = c
+			submit(nd, id)
+		}, answer)
+	}, answered)
+}
+
+// await starts a call on the leader's node through the driver (start
+// reports whether the node leads) and passes its answer on.
+func (n *node) await(c *call, start func(answer func(core.Response)) bool, answered func(answer, error)) bool {
+	return start(func(r core.Response) {
 		// Only an answer that it applied releases it: a refusal
 		// (ErrNotLeader while handing over) sends it on to the next leader.
 		if r.Err == nil {
@@ -571,7 +542,7 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 	}
 	serve := func() {
 		rd := storage.NewReader(txn)
-		err := n.authorizeRead(c, look, rd, led)
+		err := n.authorizeRead(c, look, rd)
 		if err == nil && compacted < 0 {
 			compacted, err = core.ReadCompacted(rd)
 		}

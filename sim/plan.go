@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -20,8 +21,12 @@ type Config struct {
 	// BreakDrift lets clocks drift far beyond the bound the leadership
 	// protocol assumes; the checks should then find anomalies.
 	BreakDrift bool
-	// Plants are the bugs planted in this run (none by default).
+	// Plants are the world's faults planted in this run (none by
+	// default).
 	Plants Plants
+	// Knobs are Axon's own bugs planted in this run, in the code the
+	// server runs (driver.TestingKnobs; none by default).
+	Knobs driver.TestingKnobs
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on
@@ -38,46 +43,15 @@ type Config struct {
 	Exclusive bool
 }
 
-// Plants are bugs planted on purpose, each for a test that proves a check
-// finds it (docs/testing.md, "Planted bugs").
+// Plants are faults of the world planted on purpose, each for a test
+// that proves a check finds what it leads to (docs/testing.md, "Planted
+// bugs"). Axon's own bugs are planted in the code the server runs, as
+// driver.TestingKnobs (Config.Knobs).
 type Plants struct {
 	// SkipConflictChecks plants a bug in the engine: each commit skips
 	// its conflict check with this probability (memkv's
 	// Fault.SkipConflictCheck); the checks should then find lost updates.
 	SkipConflictChecks float64
-	// DealEagerly plants a bug in the driver: it deals every request a
-	// revision before evaluating it (as Axon did), so requests that
-	// change nothing take revisions etcd does not; the checks should
-	// then find revisions that hold no write.
-	DealEagerly bool
-	// EarlyLeaseGone plants a bug in the driver: a keepalive of a lease
-	// whose expiry is in flight is answered "not found" at once (as Axon
-	// did) instead of once the expiry commits; the lease checks should
-	// then find a lease said gone before any revoke of it committed.
-	EarlyLeaseGone bool
-	// StaleAuthReads plants a bug in followers: a read checks its
-	// permission against the auth store in the first snapshot the node
-	// took, not in its own, so it trusts the copy it loaded first; the
-	// auth check should then find permissions honoured after their
-	// revoke was acknowledged.
-	StaleAuthReads bool
-	// KeepGenOnFailedAuth plants a bug in the driver (its TestingKnobs):
-	// a failed auth change does not void the loads under way on the
-	// leader, so one that read a snapshot from before the change can
-	// become its trusted copy; the auth check should then find a
-	// permission the landed change revoked honoured.
-	KeepGenOnFailedAuth bool
-	// SkipPrevReads plants a bug in the watch sender: it sends events
-	// without reading the previous values their writes left unread
-	// (driver.ReadPrev), as a driver that forgot that step would; the
-	// watch check should then find prev_kv without its value.
-	SkipPrevReads bool
-	// KeepKeysOnUncertain plants a bug in the driver (its TestingKnobs):
-	// an uncertain commit leaves the key cache's entries of the keys it
-	// wrote, so when it landed after all the next write of those keys is
-	// evaluated against the records from before it; the checks should
-	// then find wrong versions or previous values.
-	KeepKeysOnUncertain bool
 	// EarlyRestart plants a bug in an exclusive world: a crashed node
 	// comes back while its dead incarnation's writes may still land (as
 	// a server that opened its engine again before the old one's commits

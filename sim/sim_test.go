@@ -179,7 +179,7 @@ func TestSkippedConflictCheckIsCaught(t *testing.T) {
 // check must find it at once; the seed must replay bit for bit, and pass
 // without the plant.
 func TestSkippedPrevReadsAreCaught(t *testing.T) {
-	cfg := Config{Ops: 500, Plants: Plants{SkipPrevReads: true}}
+	cfg := Config{Ops: 500, Knobs: driver.TestingKnobs{SkipPrevReads: true}}
 	r, ok := firstFailure(1, 20, cfg)
 	if !ok {
 		t.Fatal("20 seeds sending unread previous values all passed: the watch check sees no prev_kv")
@@ -188,7 +188,7 @@ func TestSkippedPrevReadsAreCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by a wrong prev_kv: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.SkipPrevReads = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.SkipPrevReads = false })
 }
 
 // TestEagerDealingIsCaught plants the bug class the kube-apiserver suite
@@ -198,7 +198,7 @@ func TestSkippedPrevReadsAreCaught(t *testing.T) {
 // then answers 410 Gone after a restart). The swarm must find it at once;
 // the seed must replay bit for bit, and pass without the plant.
 func TestEagerDealingIsCaught(t *testing.T) {
-	cfg := Config{Ops: 300, Plants: Plants{DealEagerly: true}}
+	cfg := Config{Ops: 300, Knobs: driver.TestingKnobs{DealEagerly: true}}
 	r, ok := firstFailure(1, 20, cfg)
 	if !ok {
 		t.Fatal("20 seeds dealing eagerly all passed: the checks see no revision without a write")
@@ -207,7 +207,7 @@ func TestEagerDealingIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by an empty revision: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.DealEagerly = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.DealEagerly = false })
 }
 
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
@@ -216,7 +216,7 @@ func TestEagerDealingIsCaught(t *testing.T) {
 // client was told it was gone. The swarm must find it within 300 seeds;
 // the seed must replay bit for bit, and pass without the plant.
 func TestEarlyLeaseGoneIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Plants: Plants{EarlyLeaseGone: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{EarlyLeaseGone: true}}
 	r, ok := firstFailure(1, 300, cfg)
 	if !ok {
 		t.Fatal("300 seeds answering keepalives early all passed: the lease checks see nothing")
@@ -229,7 +229,7 @@ func TestEarlyLeaseGoneIsCaught(t *testing.T) {
 	if again := Run(cfg); again.Hash != r.Hash || again.Line() != r.Line() {
 		t.Errorf("seed %d ran twice differently:\n%s\n%s", r.Seed, r.Line(), again.Line())
 	}
-	cfg.Plants.EarlyLeaseGone = false
+	cfg.Knobs.EarlyLeaseGone = false
 	if clean := Run(cfg); clean.Err != nil {
 		t.Errorf("seed %d fails without the planted bug too: %s", r.Seed, clean.Line())
 	}
@@ -346,7 +346,7 @@ func BenchmarkSeed(b *testing.B) {
 // The auth check must find it within 100 seeds; the seed must replay bit
 // for bit, and pass without the plant.
 func TestStaleAuthReadsIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Plants: Plants{StaleAuthReads: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{StaleAuthReads: true}}
 	r, ok := firstFailure(1, 100, cfg)
 	if !ok {
 		t.Fatal("100 seeds with stale auth reads all passed: the auth check sees nothing")
@@ -355,7 +355,7 @@ func TestStaleAuthReadsIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by the auth check: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.StaleAuthReads = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.StaleAuthReads = false })
 }
 
 // TestAuthDimension checks that the auth world does what it is for: the
@@ -390,7 +390,7 @@ func TestAuthDimension(t *testing.T) {
 // must find it within 300 seeds; the seed must replay bit for bit, and
 // pass without the plant.
 func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Plants: Plants{KeepGenOnFailedAuth: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{KeepGenOnFailedAuth: true}}
 	r, ok := firstFailure(1, 300, cfg)
 	if !ok {
 		t.Fatal("300 seeds keeping gen on failed auth changes all passed: the auth check sees nothing")
@@ -399,7 +399,7 @@ func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
 		t.Errorf("seed %d failed otherwise than by a decision no store fits: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.KeepGenOnFailedAuth = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.KeepGenOnFailedAuth = false })
 }
 
 // TestKeptKeysOnUncertainAreCaught plants a key cache that keeps what it
@@ -409,13 +409,13 @@ func TestFailedAuthChangeRaceIsCaught(t *testing.T) {
 // write behind). The swarm must find it within 100 seeds; the seed must
 // replay bit for bit, and pass without the plant.
 func TestKeptKeysOnUncertainAreCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Plants: Plants{KeepKeysOnUncertain: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{KeepKeysOnUncertain: true}}
 	r, ok := firstFailure(1, 100, cfg)
 	if !ok {
 		t.Fatal("100 seeds keeping cached keys across uncertain commits all passed: the checks see no stale metadata")
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.KeepKeysOnUncertain = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.KeepKeysOnUncertain = false })
 }
 
 // TestStaleSnapshotsAreCaught plants the bug class three axon serve

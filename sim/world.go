@@ -2,6 +2,7 @@ package sim
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"hash"
 	"hash/fnv"
@@ -108,6 +109,28 @@ func (w *World) writer(txn storage.Txn) storage.Txn {
 
 // plainTxn hides every interface of a transaction beyond storage.Txn.
 type plainTxn struct{ storage.Txn }
+
+// nodeEngine is the engine as the nodes' work sees it: memkv, whose
+// transactions are writer's.
+type nodeEngine struct{ w *World }
+
+func (e nodeEngine) Begin(ctx context.Context) (storage.Txn, error) {
+	txn, err := e.w.eng.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.w.writer(txn), nil
+}
+
+func (e nodeEngine) Close() error { return nil }
+
+// memTxn is the memkv transaction under txn (writer's).
+func memTxn(txn storage.Txn) *memkv.Txn {
+	if p, ok := txn.(plainTxn); ok {
+		txn = p.Txn
+	}
+	return txn.(*memkv.Txn)
+}
 
 // after schedules fn at now+d.
 func (w *World) after(d time.Duration, what string, fn func()) {

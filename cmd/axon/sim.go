@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/sim"
 )
 
@@ -24,6 +25,7 @@ type simFlags struct {
 	breakDrift bool
 	exclusive  bool
 	plants     sim.Plants
+	knobs      driver.TestingKnobs
 	outDir     string
 }
 
@@ -70,21 +72,21 @@ type plantSwitch struct {
 // and a replay command name them: one list, so that every plant has a
 // flag and every replay command names every plant that was on.
 func (f *simFlags) switches() []plantSwitch {
-	p := &f.plants
+	p, k := &f.plants, &f.knobs
 	return []plantSwitch{
-		{"deal-eagerly", "deal every request a revision before knowing whether it writes", &p.DealEagerly},
-		{"early-lease-gone", "answer a keepalive 'not found' while its lease's expiry is in flight", &p.EarlyLeaseGone},
-		{"stale-auth-reads", "followers check reads against the auth store of their first snapshot", &p.StaleAuthReads},
-		{"keep-gen-on-failed-auth", "a failed auth change does not void the leader's auth loads under way", &p.KeepGenOnFailedAuth},
-		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &p.SkipPrevReads},
-		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &p.KeepKeysOnUncertain},
+		{"deal-eagerly", "deal every request a revision before knowing whether it writes", &k.DealEagerly},
+		{"early-lease-gone", "answer a keepalive 'not found' while its lease's expiry is in flight", &k.EarlyLeaseGone},
+		{"stale-auth-reads", "followers check reads against the auth store they loaded first", &k.StaleAuthReads},
+		{"keep-gen-on-failed-auth", "a failed auth change does not void the leader's auth loads under way", &k.KeepGenOnFailedAuth},
+		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &k.SkipPrevReads},
+		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
 	}
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Exclusive: f.exclusive, Plants: f.plants, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Exclusive: f.exclusive, Plants: f.plants, Knobs: f.knobs, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {

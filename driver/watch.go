@@ -1,0 +1,402 @@
+package driver
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/storage"
+)
+
+// WatchConfig configures a watch stream.
+type WatchConfig struct {
+	// Limit bounds the responses the stream holds unsent (Outbox; 0:
+	// DefaultOutboxLimit).
+	Limit int
+	// FragmentBytes is the size past which a response of a watch created
+	// with fragment set is split (etcd's --max-request-bytes; 0: never).
+	FragmentBytes int
+	// Header makes a response's header at a revision; called with the
+	// driver's lock held.
+	Header func(rev int64) *pb.ResponseHeader
+	// Slow, if set, learns of a watch cut off for being slow (the
+	// client's watch ID); called with the driver's lock held.
+	Slow func(id int64)
+	// Queued, if set, runs after each response is queued, with the
+	// driver's lock held; it should only wake the sender (a host that
+	// cannot wait on Ready).
+	Queued func()
+	// Stopped, if set, runs once when the stream stops because this
+	// member stopped leading, with the driver's lock held; it should
+	// only wake the host, which also sees Done closed.
+	Stopped func()
+}
+
+// WatchStream is one client Watch stream served by this member: the
+// watches created on it, the IDs its client knows them by, and the
+// bounded outbox of responses in etcd's wire form, in the node's order.
+// The host decodes the client's requests into Create, Cancel and
+// RequestProgress, and sends what Next returns; everything between is
+// here, so the server and the simulator run the same stream.
+//
+// Create, Cancel, RequestProgress, NotifyProgress, Refuse and Close may
+// be called from any goroutine; Next by one sender at a time.
+type WatchStream struct {
+	d   *Driver
+	cfg WatchConfig
+	out *Outbox[*watchOut]
+	// Guarded by the driver's lock:
+	local    map[int64]core.WatchID // client ID → node ID
+	remote   map[core.WatchID]int64
+	nextID   int64
+	notify   map[core.WatchID]bool // created with progress_notify
+	fragment map[core.WatchID]bool // created with fragment
+	stopped  bool
+	done     chan struct{}
+	// taken holds what Next took from out and could not ready yet (the
+	// previous values' read failed): it goes first next time.
+	taken []*watchOut
+}
+
+// watchOut is a queued response, with what Next does to it first: read
+// the previous values its events lack (core's WatchResponse.Unread), and
+// split it for a watch created with fragment.
+type watchOut struct {
+	r        *pb.WatchResponse
+	unread   []int
+	fragment bool
+}
+
+// NewWatchStream opens a watch stream on this member.
+func (d *Driver) NewWatchStream(cfg WatchConfig) *WatchStream {
+	return &WatchStream{d: d, cfg: cfg, out: NewOutbox[*watchOut](cfg.Limit),
+		local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
+		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, done: make(chan struct{})}
+}
+
+// Ready receives a value once responses are queued.
+func (ws *WatchStream) Ready() <-chan struct{} { return ws.out.Ready() }
+
+// Done closes when the stream stops because this member stopped leading
+// (or a create found it not leading): the host ends the stream and the
+// client resumes its watches elsewhere from their revisions.
+func (ws *WatchStream) Done() <-chan struct{} { return ws.done }
+
+// Pending is how many responses wait to be sent.
+func (ws *WatchStream) Pending() int { return ws.out.Len() + len(ws.taken) }
+
+// Create creates a watch, as etcd's watch server does: the client's ID
+// or the next free one, refused (created and canceled at once, with
+// etcd's reason) if the ID is taken, the key empty or the start
+// revision compacted. It reports whether this member leads; if not,
+// the stream stops.
+func (ws *WatchStream) Create(c *pb.WatchCreateRequest) bool {
+	led := ws.d.Step(nil, func(n *core.Node) {
+		id := c.WatchId
+		if id == 0 || id == -1 {
+			for {
+				id = ws.nextID
+				ws.nextID++
+				if _, used := ws.local[id]; !used {
+					break
+				}
+			}
+		}
+		hdr := ws.cfg.Header(n.Committed())
+		if _, used := ws.local[id]; used || len(c.Key) == 0 {
+			reason := "mvcc: watcher already exists"
+			if len(c.Key) == 0 {
+				reason = core.ErrEmptyKey.Error()
+			}
+			ws.push(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true, Canceled: true, CancelReason: reason})
+			return
+		}
+		d := ws.d
+		d.nextWatch++
+		gid := d.nextWatch
+		ws.local[id], ws.remote[gid] = gid, id
+		if c.ProgressNotify {
+			ws.notify[gid] = true
+		}
+		if c.Fragment {
+			ws.fragment[gid] = true
+		}
+		if d.watches == nil {
+			d.watches = map[core.WatchID]*WatchStream{}
+		}
+		d.watches[gid] = ws
+		ws.push(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true})
+		watch := core.Watch{ID: gid, Key: c.Key, End: c.RangeEnd, StartRev: c.StartRevision, PrevKV: c.PrevKv}
+		for _, f := range c.Filters {
+			switch f {
+			case pb.WatchCreateRequest_NOPUT:
+				watch.NoPut = true
+			case pb.WatchCreateRequest_NODELETE:
+				watch.NoDelete = true
+			}
+		}
+		if err := n.AddWatch(watch); err != nil {
+			ws.forget(gid)
+			ws.push(&pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: err.Error()})
+		}
+	})
+	if !led {
+		ws.d.mu.Lock()
+		ws.stop()
+		ws.d.mu.Unlock()
+	}
+	return led
+}
+
+// Cancel cancels the client's watch id, acknowledged in stream order; an
+// unknown ID is ignored, as etcd does.
+func (ws *WatchStream) Cancel(id int64) {
+	ws.d.Step(nil, func(n *core.Node) {
+		gid, ok := ws.local[id]
+		if !ok {
+			return
+		}
+		n.CancelWatch(gid)
+		ws.forget(gid)
+		ws.push(&pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: id, Canceled: true})
+	})
+}
+
+// RequestProgress answers etcd's RequestProgress: at once if the stream
+// has no watches, else through the node once every watch of the stream
+// is synced, so it never runs ahead of their events.
+func (ws *WatchStream) RequestProgress() {
+	ws.d.Step(nil, func(n *core.Node) {
+		ids := slices.Sorted(maps.Keys(ws.remote))
+		if !n.RequestProgress(ids...) {
+			ws.push(&pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: -1})
+		}
+	})
+}
+
+// NotifyProgress sends each progress_notify watch that is synced an
+// empty response at its revision, as etcd does every
+// --experimental-watch-progress-notify-interval.
+func (ws *WatchStream) NotifyProgress() {
+	ws.d.Step(nil, func(n *core.Node) {
+		for _, gid := range slices.Sorted(maps.Keys(ws.notify)) {
+			if rev, ok := n.Progress(gid); ok {
+				ws.push(&pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]})
+			}
+		}
+	})
+}
+
+// Refuse answers a create the host refused before Create (its auth
+// check): created and canceled at once with reason, as etcd's watch ID
+// -1.
+func (ws *WatchStream) Refuse(reason string) {
+	ws.d.mu.Lock()
+	defer ws.d.mu.Unlock()
+	ws.push(&pb.WatchResponse{Header: ws.cfg.Header(ws.d.committed()), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+}
+
+// Close cancels the stream's watches: the client has gone.
+func (ws *WatchStream) Close() {
+	ws.d.Step(func(*core.Member) {
+		n := ws.d.m.Node()
+		for _, gid := range slices.Sorted(maps.Keys(ws.remote)) {
+			if n != nil {
+				n.CancelWatch(gid)
+			}
+			ws.forget(gid)
+		}
+	}, nil)
+}
+
+// Next takes what is queued and readies it to send, oldest first: the
+// previous values its events lack read in one engine snapshot, and the
+// responses of watches created with fragment split. If the read fails it
+// returns the error and keeps what it took, which the next call returns
+// before anything queued later; the host waits a little and calls again
+// (meanwhile a watcher that falls too far behind is cut off as slow). It
+// never returns an event without the prev_kv it owes.
+func (ws *WatchStream) Next(ctx context.Context, eng storage.Engine) ([]*pb.WatchResponse, error) {
+	ws.taken = append(ws.taken, ws.out.Take()...)
+	if err := ws.readPrev(ctx, eng); err != nil {
+		return nil, err
+	}
+	msgs := ws.taken
+	ws.taken = nil
+	out := make([]*pb.WatchResponse, 0, len(msgs))
+	for _, m := range msgs {
+		if m.fragment {
+			out = append(out, Fragments(m.r, ws.cfg.FragmentBytes)...)
+			continue
+		}
+		out = append(out, m.r)
+	}
+	return out, nil
+}
+
+// readPrev reads the previous values the taken responses' events lack.
+func (ws *WatchStream) readPrev(ctx context.Context, eng storage.Engine) error {
+	var wrs []*core.WatchResponse
+	for _, m := range ws.taken {
+		if ws.d.cfg.Testing.SkipPrevReads {
+			m.unread = nil
+		}
+		if len(m.unread) > 0 {
+			wrs = append(wrs, &core.WatchResponse{Events: m.r.Events, Unread: m.unread})
+		}
+	}
+	if len(wrs) == 0 {
+		return nil
+	}
+	if err := ReadPrev(ctx, eng, wrs...); err != nil {
+		return err
+	}
+	i := 0
+	for _, m := range ws.taken {
+		if len(m.unread) > 0 {
+			m.r.Events, m.unread = wrs[i].Events, nil
+			i++
+		}
+	}
+	return nil
+}
+
+// push queues a response that comes from no node watch response.
+// Called with the driver's lock held.
+func (ws *WatchStream) push(r *pb.WatchResponse) { ws.queue(&watchOut{r: r}) }
+
+// queue queues m. Called with the driver's lock held.
+func (ws *WatchStream) queue(m *watchOut) {
+	ws.out.Push(m)
+	if ws.cfg.Queued != nil {
+		ws.cfg.Queued()
+	}
+}
+
+// deliver queues a node watch response of one of the stream's watches,
+// or, if the client has let too many pile up, cuts the watch off in its
+// place. Called with the driver's lock held, from ready, so responses
+// keep the node's order.
+func (ws *WatchStream) deliver(n *core.Node, wr core.WatchResponse) {
+	id, ok := ws.remote[wr.ID]
+	if !ok {
+		return
+	}
+	r := &pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: id, Events: wr.Events}
+	if !ws.out.Admit(n, wr) {
+		ws.forget(wr.ID)
+		if ws.cfg.Slow != nil {
+			ws.cfg.Slow(id)
+		}
+		ws.push(&pb.WatchResponse{Header: r.Header, WatchId: id, Canceled: true, CancelReason: ws.out.SlowReason()})
+		return
+	}
+	if wr.Requested {
+		// The answer to RequestProgress is the stream's, not a watch's.
+		r.Header, r.WatchId = ws.cfg.Header(wr.Revision), -1
+	}
+	if wr.Canceled {
+		// As etcd: a watch canceled because its start revision was
+		// compacted says so by CompactRevision alone, with no reason.
+		r.Canceled, r.CompactRevision = true, wr.CompactRevision
+		ws.forget(wr.ID)
+		if wr.CompactRevision > 0 && ws.d.cfg.Log != nil {
+			// Rare, and a client must then list again: worth a line
+			// (a watch resumed after a leader's death below a compaction
+			// is one way; kube/README.md, "Open divergence").
+			ws.d.cfg.Log.Info("watch canceled: the history it asked for is compacted",
+				"watch", id, "synced_to", wr.Revision, "compact_revision", wr.CompactRevision)
+		}
+	}
+	ws.queue(&watchOut{r: r, unread: wr.Unread, fragment: ws.fragment[wr.ID] && len(r.Events) > 1})
+}
+
+// forget drops a watch from the stream and the driver. Called with the
+// driver's lock held.
+func (ws *WatchStream) forget(gid core.WatchID) {
+	delete(ws.local, ws.remote[gid])
+	delete(ws.remote, gid)
+	delete(ws.notify, gid)
+	delete(ws.fragment, gid)
+	delete(ws.d.watches, gid)
+}
+
+// stop ends the stream because this member does not lead. Called with
+// the driver's lock held.
+func (ws *WatchStream) stop() {
+	if ws.stopped {
+		return
+	}
+	ws.stopped = true
+	for gid := range ws.remote {
+		ws.forget(gid)
+	}
+	close(ws.done)
+	if ws.cfg.Stopped != nil {
+		ws.cfg.Stopped()
+	}
+}
+
+// stopWatches stops every stream: the node that served their watches is
+// gone. Called with the driver's lock held.
+func (d *Driver) stopWatches() {
+	seen := map[*WatchStream]bool{}
+	// In watch order: the simulator replays by seed.
+	for _, gid := range slices.Sorted(maps.Keys(d.watches)) {
+		if ws := d.watches[gid]; ws != nil && !seen[ws] {
+			seen[ws] = true
+			ws.stop()
+		}
+	}
+	clear(d.watches)
+}
+
+// WatchCounts reports the watches this member serves and the streams
+// they are on.
+func (d *Driver) WatchCounts() (watches, streams int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[*WatchStream]bool{}
+	for _, ws := range d.watches {
+		seen[ws] = true
+	}
+	return len(d.watches), len(seen)
+}
+
+// committed is the commit point: the node's, or on a follower the last
+// one learned from the leader. Called with the lock held.
+func (d *Driver) committed() int64 {
+	if n := d.m.Node(); n != nil {
+		return n.Committed()
+	}
+	return d.Known()
+}
+
+// Fragments splits a watch response larger than limit into parts of at
+// most limit bytes (or one event each), all but the last marked
+// Fragment, as etcd does for watches created with fragment set.
+func Fragments(r *pb.WatchResponse, limit int) []*pb.WatchResponse {
+	if limit <= 0 || proto.Size(r) <= limit {
+		return []*pb.WatchResponse{r}
+	}
+	var (
+		parts []*pb.WatchResponse
+		cur   = &pb.WatchResponse{Header: r.Header, WatchId: r.WatchId}
+		size  int
+	)
+	for _, ev := range r.Events {
+		n := proto.Size(ev)
+		if len(cur.Events) > 0 && size+n > limit {
+			cur.Fragment = true
+			parts = append(parts, cur)
+			cur, size = &pb.WatchResponse{Header: r.Header, WatchId: r.WatchId}, 0
+		}
+		cur.Events = append(cur.Events, ev)
+		size += n
+	}
+	return append(parts, cur)
+}
