@@ -173,6 +173,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	work   sync.WaitGroup
+	timers *timers
 }
 
 // New returns a server over eng. An Exclusive server has recovered and
@@ -208,6 +209,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		watches: map[core.WatchID]*watchStream{},
 		ctx:     ctx, cancel: cancel,
 	}
+	s.timers = newTimers(&s.work)
 	s.auth.cfg = cfg.Auth.withDefaults()
 	s.tokens = newAuthTokens(s.auth.cfg)
 	if t := cfg.Auth.Token; t != nil && len(t.unknown) > 0 {
@@ -297,10 +299,13 @@ func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
 	return nil
 }
 
-// Close stops running work and waits for it.
+// Close stops running work and waits for it. Timers are stopped after
+// s.ctx is canceled and before the wait: none is counted in s.work once
+// the wait has begun, and none fires after Close returns.
 func (s *Server) Close() {
 	s.cancel()
 	s.peers.close()
+	s.timers.stop()
 	s.work.Wait()
 	if s.slow != nil {
 		s.slow.stop()
@@ -317,19 +322,7 @@ func (wallClock) Now() time.Duration { return time.Duration(time.Now().UnixNano(
 func (s *Server) clock() time.Duration { return wallClock{}.Now() }
 
 // AfterFunc runs f after d unless the server closes first.
-func (c wallClock) AfterFunc(d time.Duration, f func()) {
-	c.s.work.Add(1)
-	go func() {
-		defer c.s.work.Done()
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			f()
-		case <-c.s.ctx.Done():
-		}
-	}()
-}
+func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.timers.after(d, f) }
 
 // step ticks the member, runs fn against the node if this instance leads,
 // acts on the outputs and reports whether fn ran.
