@@ -170,6 +170,10 @@ type Server struct {
 	peerSecret peerSecret
 	badProofAt atomic.Int64
 
+	// led wakes awaitLeading (one signal kept, none blocks): the member
+	// became leader, or its election work ended.
+	led chan struct{}
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	work   sync.WaitGroup
@@ -207,6 +211,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
 		watches: map[core.WatchID]*watchStream{},
+		led:     make(chan struct{}, 1),
 		ctx:     ctx, cancel: cancel,
 	}
 	s.timers = newTimers(&s.work)
@@ -283,20 +288,33 @@ func memberID(name string) uint64 {
 }
 
 // awaitLeading waits until this instance leads (an exclusive engine's
-// campaign and recovery), or fails after limit.
+// campaign and recovery), or fails after limit. It steps the member at
+// each wake (wakeLeading): a member acts on the election record it read
+// only at its next tick, and the clock's ticks are TickInterval apart.
 func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+	t := time.NewTimer(limit)
+	defer t.Stop()
 	for !s.step(nil) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("server: not leading after %v: %s", limit, s.describe())
-		}
 		select {
+		case <-s.led:
+		case <-t.C:
+			s.mu.Lock()
+			member := s.describe()
+			s.mu.Unlock()
+			return fmt.Errorf("server: not leading after %v: %s", limit, member)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Millisecond):
 		}
 	}
 	return nil
+}
+
+// wakeLeading wakes awaitLeading, if it waits.
+func (s *Server) wakeLeading() {
+	select {
+	case s.led <- struct{}{}:
+	default: // a wake is pending already
+	}
 }
 
 // Close stops running work and waits for it. Timers are stopped after
@@ -337,6 +355,7 @@ func (s *Server) roleChanged() {
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()
 	if s.member.Node() != nil {
+		s.wakeLeading()
 		return
 	}
 	if role != core.Follower {
@@ -372,7 +391,13 @@ func (e executor) Exec(d *driver.Driver, w *core.Work) {
 	s.work.Add(1)
 	job := func() {
 		defer s.work.Done()
-		d.Done(w, s.run(w))
+		r := s.run(w)
+		d.Done(w, r)
+		if w.Kind == core.WorkElect && r.Err == nil {
+			// The member acts on the record it read at its next tick:
+			// awaitLeading ticks it now rather than a tick later.
+			s.wakeLeading()
+		}
 	}
 	select {
 	case s.jobs <- job: // an idle worker takes it
