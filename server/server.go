@@ -26,20 +26,22 @@ type Config struct {
 	// UpgradeData lets New upgrade a store of an older format in place
 	// (axon serve --upgrade-data); without it such a store is refused.
 	UpgradeData bool
-	// Name identifies this instance in MemberList; MemberID defaults to
-	// a hash of it, so every instance of a cluster needs its own name.
+	// Name identifies this instance in MemberList (default DefaultName);
+	// MemberID defaults to a hash of it, so every instance of a cluster
+	// needs its own name.
 	MemberID  uint64
 	ClusterID uint64
 	Name      string
 	// ProgressNotifyInterval is how often watches created with
 	// progress_notify get a progress notification (etcd's
-	// --experimental-watch-progress-notify-interval; default 10 minutes).
+	// --experimental-watch-progress-notify-interval; default
+	// DefaultProgressNotifyInterval).
 	ProgressNotifyInterval time.Duration
 	// AutoCompaction is etcd's --auto-compaction-mode/-retention.
 	AutoCompaction AutoCompaction
 	// TickInterval is how often the member's clock moves on its own
 	// (renewals, campaigns, lease expiry); it also moves before every
-	// request.
+	// request (default DefaultTickInterval).
 	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList; without PeerURLs, the
 	// first one's host:port is where other instances forward to this one.
@@ -52,10 +54,10 @@ type Config struct {
 	// index, proxied streams, handover); nil dials in plaintext.
 	PeerTLS *tls.Config
 	// MaxRequestBytes bounds a write request's size (etcd's
-	// --max-request-bytes; default 1.5 MiB).
+	// --max-request-bytes; default DefaultMaxRequestBytes).
 	MaxRequestBytes int
-	// KeepAlive is the gRPC keepalive policy; zero fields take etcd's
-	// defaults.
+	// KeepAlive is the gRPC keepalive policy; zero fields take
+	// DefaultKeepAlive's.
 	KeepAlive KeepAlive
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams; 0: no bound, as etcd).
@@ -104,8 +106,19 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
-// DefaultMaxRequestBytes is etcd's default --max-request-bytes.
-const DefaultMaxRequestBytes = 1536 * 1024
+// Defaults of Config, taken for zero fields.
+const (
+	DefaultName = "default" // etcd's --name
+	// DefaultMaxRequestBytes is etcd's default --max-request-bytes.
+	DefaultMaxRequestBytes = 1536 * 1024
+	// DefaultProgressNotifyInterval is etcd's default
+	// --experimental-watch-progress-notify-interval.
+	DefaultProgressNotifyInterval = 10 * time.Minute
+	DefaultTickInterval           = 100 * time.Millisecond
+	// DefaultAuthTokenTTL is etcd's default --auth-token-ttl
+	// (AuthConfig.TokenTTL).
+	DefaultAuthTokenTTL = 300 * time.Second
+)
 
 // KeepAlive is etcd's gRPC keepalive policy. Without it grpc-go allows a
 // client one ping per 5 minutes and answers more with GOAWAY
@@ -113,21 +126,27 @@ const DefaultMaxRequestBytes = 1536 * 1024
 // its connections, and every watch on them, would be dropped.
 type KeepAlive struct {
 	// MinTime is the shortest interval a client may ping at
-	// (--grpc-keepalive-min-time, default 5s).
+	// (--grpc-keepalive-min-time).
 	MinTime time.Duration
 	// Interval is how often the server pings an idle client
-	// (--grpc-keepalive-interval, default 2h).
+	// (--grpc-keepalive-interval).
 	Interval time.Duration
 	// Timeout is how long the server waits for a ping's answer before it
-	// closes the connection (--grpc-keepalive-timeout, default 20s).
+	// closes the connection (--grpc-keepalive-timeout).
 	Timeout time.Duration
 }
 
-// withDefaults fills in etcd's defaults.
+// DefaultKeepAlive is etcd's keepalive policy, its flags' defaults.
+func DefaultKeepAlive() KeepAlive {
+	return KeepAlive{MinTime: 5 * time.Second, Interval: 2 * time.Hour, Timeout: 20 * time.Second}
+}
+
+// withDefaults fills in DefaultKeepAlive's fields for zero ones.
 func (k KeepAlive) withDefaults() KeepAlive {
-	k.MinTime = cmp.Or(k.MinTime, 5*time.Second)
-	k.Interval = cmp.Or(k.Interval, 2*time.Hour)
-	k.Timeout = cmp.Or(k.Timeout, 20*time.Second)
+	d := DefaultKeepAlive()
+	k.MinTime = cmp.Or(k.MinTime, d.MinTime)
+	k.Interval = cmp.Or(k.Interval, d.Interval)
+	k.Timeout = cmp.Or(k.Timeout, d.Timeout)
 	return k
 }
 
@@ -188,16 +207,16 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.ProgressNotifyInterval == 0 {
-		cfg.ProgressNotifyInterval = 10 * time.Minute
+		cfg.ProgressNotifyInterval = DefaultProgressNotifyInterval
 	}
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 100 * time.Millisecond
+		cfg.TickInterval = DefaultTickInterval
 	}
 	if cfg.Name == "" {
-		cfg.Name = "default"
+		cfg.Name = DefaultName
 	}
 	if cfg.MemberID == 0 {
 		cfg.MemberID = memberID(cfg.Name)
