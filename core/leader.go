@@ -119,6 +119,12 @@ func evaluateElect(rd Reader, op *ElectOp) (*Effects, error) {
 	}, nil
 }
 
+// Defaults of MemberConfig's leadership timing.
+const (
+	DefaultLease          = 3 * time.Second
+	DefaultEngineDeadline = 2 * time.Second
+)
+
 // MemberConfig sets one instance's identity and the leadership timing.
 // Safety rests on: clocks within MaxDrift of each other, and every engine
 // operation ending within EngineDeadline (docs/design.md, "Leadership").
@@ -126,11 +132,16 @@ type MemberConfig struct {
 	// ID names this incarnation: it must differ after a restart.
 	ID   string
 	Addr string
-	// Lease is how long a leader holds the record after writing it.
+	// Lease is how long a leader holds the record after writing it
+	// (default DefaultLease).
 	Lease time.Duration
-	// RenewEvery is how often a leader renews (well below Lease).
-	RenewEvery     time.Duration
-	MaxDrift       time.Duration
+	// RenewEvery is how often a leader renews (well below Lease; default
+	// a third of it).
+	RenewEvery time.Duration
+	// MaxDrift bounds the clocks' difference (default 0).
+	MaxDrift time.Duration
+	// EngineDeadline bounds an engine operation (default
+	// DefaultEngineDeadline).
 	EngineDeadline time.Duration
 	// Exclusive says no other instance can reach the engine (Badger
 	// holds a directory lock): a campaign need not wait out an old
@@ -144,7 +155,7 @@ type MemberConfig struct {
 
 func (c MemberConfig) withDefaults() MemberConfig {
 	if c.Lease <= 0 {
-		c.Lease = 3 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.RenewEvery <= 0 {
 		c.RenewEvery = c.Lease / 3
@@ -153,7 +164,7 @@ func (c MemberConfig) withDefaults() MemberConfig {
 		c.MaxDrift = 0
 	}
 	if c.EngineDeadline <= 0 {
-		c.EngineDeadline = 2 * time.Second
+		c.EngineDeadline = DefaultEngineDeadline
 	}
 	c.Node = c.Node.withDefaults()
 	return c

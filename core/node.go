@@ -1,29 +1,44 @@
 package core
 
+// Defaults of Config, taken where a field is zero (or, but for
+// RingBytes, negative).
+const (
+	DefaultRingSize     = 1 << 16
+	DefaultRingBytes    = 32 << 20
+	DefaultMaxTxnOps    = 128 // etcd's
+	DefaultMaxAttempts  = 64
+	DefaultCatchUpBatch = 1024
+	DefaultMaxPending   = 10000
+	DefaultMinLeaseTTL  = 2
+	DefaultSweepBatch   = 512
+)
+
 // Config tunes a node.
 type Config struct {
-	// RingSize is how many recent events stay in memory (default 65536).
+	// RingSize is how many recent events stay in memory (default
+	// DefaultRingSize).
 	RingSize int
 	// RingBytes bounds what those events weigh, values and previous
-	// values included (default 32 MiB; negative: no bound).
+	// values included (default DefaultRingBytes; negative: no bound).
 	RingBytes int64
-	// MaxTxnOps is etcd's --max-txn-ops (default 128).
+	// MaxTxnOps is etcd's --max-txn-ops (default DefaultMaxTxnOps).
 	MaxTxnOps int
 	// MaxAttempts bounds how often one request is dealt again after
-	// conflicts, lateness or engine failures (default 64).
+	// conflicts, lateness or engine failures (default DefaultMaxAttempts).
 	MaxAttempts int
-	// CatchUpBatch bounds the revisions one catch-up read covers.
+	// CatchUpBatch bounds the revisions one catch-up read covers
+	// (default DefaultCatchUpBatch).
 	CatchUpBatch int
 	// MaxPending bounds the write requests admitted and not yet final
 	// (dealt or waiting in latches); past it Propose answers
 	// ErrTooManyRequests, as etcd does when its apply falls 5,000
-	// entries behind (default 10,000).
+	// entries behind (default DefaultMaxPending).
 	MaxPending int
 	// MinLeaseTTL is the smallest lease TTL granted, in seconds (etcd
-	// derives it from its election timeout; default 2).
+	// derives it from its election timeout; default DefaultMinLeaseTTL).
 	MinLeaseTTL int64
 	// SweepBatch bounds the records one compaction sweep batch reads
-	// (default 512).
+	// (default DefaultSweepBatch).
 	SweepBatch int
 	// Term is the leadership term the node deals in (Member sets it).
 	Term int64
@@ -35,28 +50,28 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.RingSize <= 0 {
-		c.RingSize = 1 << 16
+		c.RingSize = DefaultRingSize
 	}
 	if c.RingBytes == 0 {
-		c.RingBytes = 32 << 20
+		c.RingBytes = DefaultRingBytes
 	}
 	if c.MaxTxnOps <= 0 {
-		c.MaxTxnOps = 128
+		c.MaxTxnOps = DefaultMaxTxnOps
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 64
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.CatchUpBatch <= 0 {
-		c.CatchUpBatch = 1024
+		c.CatchUpBatch = DefaultCatchUpBatch
 	}
 	if c.MaxPending <= 0 {
-		c.MaxPending = 10000
+		c.MaxPending = DefaultMaxPending
 	}
 	if c.MinLeaseTTL <= 0 {
-		c.MinLeaseTTL = 2
+		c.MinLeaseTTL = DefaultMinLeaseTTL
 	}
 	if c.SweepBatch <= 0 {
-		c.SweepBatch = 512
+		c.SweepBatch = DefaultSweepBatch
 	}
 	return c
 }

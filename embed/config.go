@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/internal/memlimit"
 	"github.com/axon-kv/axon/server"
 	"github.com/axon-kv/axon/storage"
@@ -86,13 +87,15 @@ type Config struct {
 	// connection (--max-concurrent-streams).
 	MaxConcurrentStreams uint32
 	// MaxInflightRequests bounds the KV and lease requests served at once
-	// (--max-inflight-requests; negative: no bound).
+	// (--max-inflight-requests; 0: server.DefaultMaxInflight; negative: no
+	// bound).
 	MaxInflightRequests int
 	// MaxPendingWrites bounds the writes admitted and not yet committed
 	// (--max-pending-writes).
 	MaxPendingWrites int
 	// WatchCacheBytes is the memory of the leader's recent events
-	// (--watch-cache-bytes; negative: only the count bound).
+	// (--watch-cache-bytes; negative: only the count bound,
+	// core.DefaultRingSize).
 	WatchCacheBytes int64
 	// MemoryBudget is the memory to stay near, in bytes
 	// (--memory-budget-bytes): it sizes Badger's memtables and block
@@ -112,7 +115,8 @@ type Config struct {
 	// negative: no cache).
 	KeyCacheBytes int64
 	// QuotaBackendBytes raises NOSPACE past this much data on disk
-	// (--quota-backend-bytes; 0: 2 GiB; negative: none).
+	// (--quota-backend-bytes; 0: server.DefaultQuotaBytes; negative:
+	// none).
 	QuotaBackendBytes int64
 	// DiskFreeFloorBytes raises NOSPACE when the data directory's
 	// filesystem has less free (--disk-free-floor-bytes; 0: max(192 MiB,
@@ -160,8 +164,8 @@ type Config struct {
 	// (--engine-deadline).
 	EngineDeadline time.Duration
 	// TickInterval is how often the instance's clock moves on its own
-	// (renewals, campaigns, lease expiry); 0: the server's 100 ms. No
-	// flag: tests shorten it for quicker failover.
+	// (renewals, campaigns, lease expiry); 0: server.DefaultTickInterval.
+	// No flag: tests shorten it for quicker failover.
 	TickInterval time.Duration
 
 	// AuthToken is the kind of auth token, as etcd's --auth-token:
@@ -191,30 +195,32 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// NewConfig returns the defaults of `axon serve`'s flags.
+// NewConfig returns the defaults of `axon serve`'s flags: those of
+// settings the server or core owns are theirs (server.Default…,
+// core.Default…); the rest, embed's own, are written here.
 func NewConfig() *Config {
 	return &Config{
-		Name:                    "default",
+		Name:                    server.DefaultName,
 		DataDir:                 "axon.data",
 		ListenClientURLs:        []string{"http://127.0.0.1:2379"},
 		ListenMetricsURLs:       []string{"http://127.0.0.1:2381"},
 		Store:                   "badger",
 		MaxRequestBytes:         server.DefaultMaxRequestBytes,
-		MaxTxnOps:               128,
+		MaxTxnOps:               core.DefaultMaxTxnOps,
 		MaxConcurrentStreams:    math.MaxUint32,
 		MaxInflightRequests:     server.DefaultMaxInflight,
-		MaxPendingWrites:        10000,
-		WatchCacheBytes:         32 << 20,
-		KeepAlive:               server.KeepAlive{MinTime: 5 * time.Second, Interval: 2 * time.Hour, Timeout: 20 * time.Second},
+		MaxPendingWrites:        core.DefaultMaxPending,
+		WatchCacheBytes:         core.DefaultRingBytes,
+		KeepAlive:               server.DefaultKeepAlive(),
 		AutoCompactionMode:      "periodic",
 		AutoCompactionRetention: "0",
-		ProgressNotifyInterval:  10 * time.Minute,
+		ProgressNotifyInterval:  server.DefaultProgressNotifyInterval,
 		Metrics:                 server.MetricsBasic,
-		LeaderLease:             3 * time.Second,
-		MaxClockDrift:           100 * time.Millisecond,
-		EngineDeadline:          2 * time.Second,
+		LeaderLease:             core.DefaultLease,
+		MaxClockDrift:           100 * time.Millisecond, // embed's own: core assumes no drift
+		EngineDeadline:          core.DefaultEngineDeadline,
 		AuthToken:               "simple",
-		AuthTokenTTL:            300 * time.Second,
+		AuthTokenTTL:            server.DefaultAuthTokenTTL,
 		BcryptCost:              bcrypt.DefaultCost,
 		TLSMinVersion:           string(tlsutil.TLSVersion12),
 	}

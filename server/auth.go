@@ -36,7 +36,7 @@ type AuthConfig struct {
 
 func (c AuthConfig) withDefaults() AuthConfig {
 	if c.TokenTTL <= 0 {
-		c.TokenTTL = 300 * time.Second
+		c.TokenTTL = DefaultAuthTokenTTL
 	}
 	if c.BcryptCost == 0 {
 		c.BcryptCost = bcrypt.DefaultCost

@@ -26,20 +26,22 @@ type Config struct {
 	// UpgradeData lets New upgrade a store of an older format in place
 	// (axon serve --upgrade-data); without it such a store is refused.
 	UpgradeData bool
-	// Name identifies this instance in MemberList; MemberID defaults to
-	// a hash of it, so every instance of a cluster needs its own name.
+	// Name identifies this instance in MemberList (default DefaultName);
+	// MemberID defaults to a hash of it, so every instance of a cluster
+	// needs its own name.
 	MemberID  uint64
 	ClusterID uint64
 	Name      string
 	// ProgressNotifyInterval is how often watches created with
 	// progress_notify get a progress notification (etcd's
-	// --experimental-watch-progress-notify-interval; default 10 minutes).
+	// --experimental-watch-progress-notify-interval; default
+	// DefaultProgressNotifyInterval).
 	ProgressNotifyInterval time.Duration
 	// AutoCompaction is etcd's --auto-compaction-mode/-retention.
 	AutoCompaction AutoCompaction
 	// TickInterval is how often the member's clock moves on its own
 	// (renewals, campaigns, lease expiry); it also moves before every
-	// request.
+	// request (default DefaultTickInterval).
 	TickInterval time.Duration
 	// ClientURLs are advertised in MemberList; without PeerURLs, the
 	// first one's host:port is where other instances forward to this one.
@@ -52,10 +54,10 @@ type Config struct {
 	// index, proxied streams, handover); nil dials in plaintext.
 	PeerTLS *tls.Config
 	// MaxRequestBytes bounds a write request's size (etcd's
-	// --max-request-bytes; default 1.5 MiB).
+	// --max-request-bytes; default DefaultMaxRequestBytes).
 	MaxRequestBytes int
-	// KeepAlive is the gRPC keepalive policy; zero fields take etcd's
-	// defaults.
+	// KeepAlive is the gRPC keepalive policy; zero fields take
+	// DefaultKeepAlive's.
 	KeepAlive KeepAlive
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams; 0: no bound, as etcd).
@@ -104,8 +106,19 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
-// DefaultMaxRequestBytes is etcd's default --max-request-bytes.
-const DefaultMaxRequestBytes = 1536 * 1024
+// Defaults of Config, taken for zero fields.
+const (
+	DefaultName = "default" // etcd's --name
+	// DefaultMaxRequestBytes is etcd's default --max-request-bytes.
+	DefaultMaxRequestBytes = 1536 * 1024
+	// DefaultProgressNotifyInterval is etcd's default
+	// --experimental-watch-progress-notify-interval.
+	DefaultProgressNotifyInterval = 10 * time.Minute
+	DefaultTickInterval           = 100 * time.Millisecond
+	// DefaultAuthTokenTTL is etcd's default --auth-token-ttl
+	// (AuthConfig.TokenTTL).
+	DefaultAuthTokenTTL = 300 * time.Second
+)
 
 // KeepAlive is etcd's gRPC keepalive policy. Without it grpc-go allows a
 // client one ping per 5 minutes and answers more with GOAWAY
@@ -113,21 +126,27 @@ const DefaultMaxRequestBytes = 1536 * 1024
 // its connections, and every watch on them, would be dropped.
 type KeepAlive struct {
 	// MinTime is the shortest interval a client may ping at
-	// (--grpc-keepalive-min-time, default 5s).
+	// (--grpc-keepalive-min-time).
 	MinTime time.Duration
 	// Interval is how often the server pings an idle client
-	// (--grpc-keepalive-interval, default 2h).
+	// (--grpc-keepalive-interval).
 	Interval time.Duration
 	// Timeout is how long the server waits for a ping's answer before it
-	// closes the connection (--grpc-keepalive-timeout, default 20s).
+	// closes the connection (--grpc-keepalive-timeout).
 	Timeout time.Duration
 }
 
-// withDefaults fills in etcd's defaults.
+// DefaultKeepAlive is etcd's keepalive policy, its flags' defaults.
+func DefaultKeepAlive() KeepAlive {
+	return KeepAlive{MinTime: 5 * time.Second, Interval: 2 * time.Hour, Timeout: 20 * time.Second}
+}
+
+// withDefaults fills in DefaultKeepAlive's fields for zero ones.
 func (k KeepAlive) withDefaults() KeepAlive {
-	k.MinTime = cmp.Or(k.MinTime, 5*time.Second)
-	k.Interval = cmp.Or(k.Interval, 2*time.Hour)
-	k.Timeout = cmp.Or(k.Timeout, 20*time.Second)
+	d := DefaultKeepAlive()
+	k.MinTime = cmp.Or(k.MinTime, d.MinTime)
+	k.Interval = cmp.Or(k.Interval, d.Interval)
+	k.Timeout = cmp.Or(k.Timeout, d.Timeout)
 	return k
 }
 
@@ -168,9 +187,14 @@ type Server struct {
 	peerSecret peerSecret
 	badProofAt atomic.Int64
 
+	// led wakes awaitLeading (one signal kept, none blocks): the member
+	// became leader, or its election work ended.
+	led chan struct{}
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	work   sync.WaitGroup
+	timers *timers
 }
 
 // New returns a server over eng. An Exclusive server has recovered and
@@ -181,16 +205,16 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.ProgressNotifyInterval == 0 {
-		cfg.ProgressNotifyInterval = 10 * time.Minute
+		cfg.ProgressNotifyInterval = DefaultProgressNotifyInterval
 	}
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 100 * time.Millisecond
+		cfg.TickInterval = DefaultTickInterval
 	}
 	if cfg.Name == "" {
-		cfg.Name = "default"
+		cfg.Name = DefaultName
 	}
 	if cfg.MemberID == 0 {
 		cfg.MemberID = memberID(cfg.Name)
@@ -203,8 +227,10 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
+		led: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel,
 	}
+	s.timers = newTimers(&s.work)
 	s.auth.cfg = cfg.Auth.withDefaults()
 	s.tokens = newAuthTokens(s.auth.cfg)
 	if t := cfg.Auth.Token; t != nil && len(t.unknown) > 0 {
@@ -273,26 +299,42 @@ func memberID(name string) uint64 {
 }
 
 // awaitLeading waits until this instance leads (an exclusive engine's
-// campaign and recovery), or fails after limit.
+// campaign and recovery), or fails after limit. It steps the member at
+// each wake (wakeLeading): a member acts on the election record it read
+// only at its next tick, and the clock's ticks are TickInterval apart.
 func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+	t := time.NewTimer(limit)
+	defer t.Stop()
 	for !s.step(nil) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("server: not leading after %v: %s", limit, s.describe())
-		}
 		select {
+		case <-s.led:
+		case <-t.C:
+			s.mu.Lock()
+			member := s.describe()
+			s.mu.Unlock()
+			return fmt.Errorf("server: not leading after %v: %s", limit, member)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Millisecond):
 		}
 	}
 	return nil
 }
 
-// Close stops running work and waits for it.
+// wakeLeading wakes awaitLeading, if it waits.
+func (s *Server) wakeLeading() {
+	select {
+	case s.led <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// Close stops running work and waits for it. Timers are stopped after
+// s.ctx is canceled and before the wait: none is counted in s.work once
+// the wait has begun, and none fires after Close returns.
 func (s *Server) Close() {
 	s.cancel()
 	s.peers.close()
+	s.timers.stop()
 	s.work.Wait()
 	if s.slow != nil {
 		s.slow.stop()
@@ -309,19 +351,7 @@ func (wallClock) Now() time.Duration { return time.Duration(time.Now().UnixNano(
 func (s *Server) clock() time.Duration { return wallClock{}.Now() }
 
 // AfterFunc runs f after d unless the server closes first.
-func (c wallClock) AfterFunc(d time.Duration, f func()) {
-	c.s.work.Add(1)
-	go func() {
-		defer c.s.work.Done()
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			f()
-		case <-c.s.ctx.Done():
-		}
-	}()
-}
+func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.timers.after(d, f) }
 
 // step ticks the member, runs fn against the node if this instance leads,
 // acts on the outputs and reports whether fn ran.
@@ -335,6 +365,9 @@ func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
 func (s *Server) roleChanged() {
 	s.log.Info("role changed", "member", s.describe())
 	s.metrics.roleChanges.Inc()
+	if s.member.Node() != nil {
+		s.wakeLeading()
+	}
 }
 
 // Key cache bounds: a 32nd of the memory budget, at most maxKeyCache
@@ -361,7 +394,13 @@ func (e executor) Exec(d *driver.Driver, w *core.Work) {
 	s.work.Add(1)
 	job := func() {
 		defer s.work.Done()
-		d.Done(w, s.run(w))
+		r := s.run(w)
+		d.Done(w, r)
+		if w.Kind == core.WorkElect && r.Err == nil {
+			// The member acts on the record it read at its next tick:
+			// awaitLeading ticks it now rather than a tick later.
+			s.wakeLeading()
+		}
 	}
 	select {
 	case s.jobs <- job: // an idle worker takes it
