@@ -59,13 +59,9 @@ type Hooks struct {
 // Config configures a Driver.
 type Config struct {
 	Member *core.Member
-	// Lock guards the member; the caller may hold it to read the member
-	// and must not while calling the Driver. Nil: a lock of the
-	// driver's own.
-	Lock  sync.Locker
-	Clock Clock
-	Exec  Executor
-	Hooks Hooks
+	Clock  Clock
+	Exec   Executor
+	Hooks  Hooks
 	// Transport reaches the leader from a follower.
 	Transport Transport
 	// Refused says an error in a call's Answer (run here or at the
@@ -119,6 +115,10 @@ type TestingKnobs struct {
 	// is answered "not found" at once (as Axon once did), not once the
 	// expiry commits, so a lease is said gone before it is.
 	EarlyLeaseGone bool
+	// RetryUnknownOutcome: the leader-call loop (Lead) tries again a
+	// call whose answer may hide that it applied (a timeout, a broken
+	// connection), as it does a refusal, so a write may apply twice.
+	RetryUnknownOutcome bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -149,10 +149,7 @@ type Driver struct {
 
 // New returns a driver of cfg.Member.
 func New(cfg Config) *Driver {
-	mu := cfg.Lock
-	if mu == nil {
-		mu = &sync.Mutex{}
-	}
+	mu := &sync.Mutex{}
 	if cfg.AuthSecret == nil {
 		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
 	}
@@ -197,39 +194,19 @@ func (d *Driver) Step(fm func(m *core.Member), fn func(n *core.Node)) bool {
 	return n != nil
 }
 
-// Propose submits a request through the node, if the member leads, and
+// propose submits a request through the node, if the member leads, and
 // calls answer with its response once it is final (or with
-// ErrLeaderChanged if the lead is lost first). It reports whether the
-// member leads; if not, answer is never called.
-func (d *Driver) Propose(submit func(n *core.Node, id core.RequestID), answer func(core.Response)) bool {
-	return d.Step(nil, func(n *core.Node) {
+// ErrLeaderChanged if the lead is lost first). It returns the request's
+// ID, 0 if the member does not lead; then answer is never called.
+func (d *Driver) propose(submit func(n *core.Node, id core.RequestID), answer func(core.Response)) core.RequestID {
+	var id core.RequestID
+	d.Step(nil, func(n *core.Node) {
 		d.nextID++
-		d.waiters[d.nextID] = answer
-		submit(n, d.nextID)
+		id = d.nextID
+		d.waiters[id] = answer
+		submit(n, id)
 	})
-}
-
-// KeepAlive renews a lease on the leader's node, and answers as Propose
-// does: the lease's new TTL, or an error once the node knows it (a lease
-// whose expiry is in flight is answered when the expiry commits).
-func (d *Driver) KeepAlive(lease int64, answer func(core.Response)) bool {
-	var gone *core.Response
-	led := d.Step(nil, func(n *core.Node) {
-		now := d.cfg.Clock.Now()
-		if d.cfg.Testing.EarlyLeaseGone {
-			if _, err := n.TimeToLive(lease, now); err != nil {
-				gone = &core.Response{Lease: lease, Rev: n.Committed(), Err: err}
-				return
-			}
-		}
-		d.nextID++
-		d.waiters[d.nextID] = answer
-		n.KeepAlive(d.nextID, lease, now)
-	})
-	if gone != nil {
-		answer(*gone)
-	}
-	return led
+	return id
 }
 
 // LeaseKeys returns the keys attached to a lease, as the leader's node

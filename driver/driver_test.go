@@ -131,9 +131,7 @@ func put(key string) *pb.RequestOp {
 // propose proposes a put of key; *got is set when it is answered.
 func propose(t *testing.T, d *driver.Driver, key string, got **core.Response) {
 	t.Helper()
-	if !d.Propose(func(n *core.Node, id core.RequestID) {
-		n.Propose(id, put(key))
-	}, func(r core.Response) { *got = &r }) {
+	if d.Write(put(key), func(r core.Response) { *got = &r }) == 0 {
 		t.Fatal("a leader refused a proposal")
 	}
 }
@@ -166,8 +164,7 @@ func TestLosingTheLeadAnswersWaiters(t *testing.T) {
 	if got == nil || got.Err != driver.ErrLeaderChanged {
 		t.Fatalf("the waiting request got %+v, want ErrLeaderChanged", got)
 	}
-	if propose := d.Propose(func(*core.Node, core.RequestID) { t.Fatal("submitted without a node") },
-		func(core.Response) { t.Fatal("answered") }); propose {
+	if id := d.Write(put("b"), func(core.Response) { t.Fatal("answered") }); id != 0 {
 		t.Fatal("a member that does not lead took a proposal")
 	}
 }

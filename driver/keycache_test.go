@@ -18,7 +18,7 @@ func putPrev(t *testing.T, d *driver.Driver, ex *queueExec, key, value string) i
 	t.Helper()
 	var got *core.Response
 	op := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte(value), PrevKv: true}}}
-	if !d.Propose(func(n *core.Node, id core.RequestID) { n.Propose(id, op) }, func(r core.Response) { got = &r }) {
+	if d.Write(op, func(r core.Response) { got = &r }) == 0 {
 		t.Fatal("a leader refused a proposal")
 	}
 	ex.drain(t, d, nil)

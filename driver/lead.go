@@ -95,8 +95,9 @@ func (a *Attempt) Start() Move {
 func (a *Attempt) Next(prev Answer, alive bool) Move {
 	d, sent, err := a.d, a.sent, prev.Err
 	a.sent = false
+	refused := d.refused(err) || (err != nil && d.cfg.Testing.RetryUnknownOutcome)
 	switch {
-	case !d.refused(err):
+	case !refused:
 		if err == nil {
 			d.learn(prev.Rev)
 		}

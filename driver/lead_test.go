@@ -97,8 +97,10 @@ func TestAttemptSteps(t *testing.T) {
 				if len(got) > 10 {
 					t.Fatalf("no end: %q", got)
 				}
-				s := a.Start()
-				if prev != nil {
+				var s driver.Move
+				if prev == nil {
+					s = a.Start()
+				} else {
 					s = a.Next(*prev, alive)
 				}
 				prev = nil

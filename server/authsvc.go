@@ -30,7 +30,7 @@ func onLeader[T interface{ GetHeader() *pb.ResponseHeader }](s *Server, ctx cont
 	remote func(context.Context, pb.AuthClient) (T, error)) (T, error) {
 	return forward(s, ctx, func() (T, error) {
 		var zero T
-		if !s.step(nil) {
+		if !s.drv.Leading() {
 			return zero, core.ErrNotLeader
 		}
 		st, err := s.authView(ctx, nil, true)

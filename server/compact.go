@@ -50,10 +50,11 @@ func (c *compactor) auto(ac AutoCompaction) {
 		case <-c.s.ctx.Done():
 			return
 		case now := <-t.C:
-			var rev, compacted int64
-			if !c.s.step(func(n *core.Node) { rev, compacted = n.Committed(), n.Compacted() }) {
+			st := c.s.drv.Status()
+			if !st.Leading {
 				continue // the leader compacts
 			}
+			rev, compacted := st.Committed, st.Compacted
 			target := int64(0)
 			switch ac.Mode {
 			case "periodic":
@@ -76,7 +77,7 @@ func (c *compactor) auto(ac AutoCompaction) {
 func (c *compactor) compact(rev int64) {
 	ctx, cancel := context.WithTimeout(c.s.ctx, time.Minute)
 	defer cancel()
-	if _, err := c.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, rev) }); err != nil && !errors.Is(err, core.ErrCompacted) {
+	if _, err := c.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return c.s.drv.Compact(rev, answer) }); err != nil && !errors.Is(err, core.ErrCompacted) {
 		c.s.log.Warn("auto-compaction", "revision", rev, "err", err)
 		return
 	}

@@ -202,7 +202,7 @@ func write[T interface{ GetHeader() *pb.ResponseHeader }](k kvServer, ctx contex
 		if err := k.s.checkSpace(ctx); err != nil {
 			return zero, err
 		}
-		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Propose(id, op) })
+		resp, err := k.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return k.s.drv.Write(op, answer) })
 		if err != nil {
 			return zero, err
 		}
@@ -237,14 +237,14 @@ func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 		if err := k.s.authorizeLeader(ctx, admin); err != nil {
 			return nil, err
 		}
-		resp, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Compact(id, r.Revision) })
+		resp, err := k.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return k.s.drv.Compact(r.Revision, answer) })
 		if err != nil {
 			return nil, err
 		}
 		// etcd's physical compaction: with it the call returns once the
 		// old versions are gone; without, the sweep runs behind.
 		if r.Physical {
-			if _, err := k.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.AwaitSweep(id, r.Revision) }); err != nil {
+			if _, err := k.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return k.s.drv.AwaitSweep(r.Revision, answer) }); err != nil {
 				return nil, err
 			}
 		}

@@ -22,7 +22,7 @@ func (s *Server) tick(every time.Duration) {
 	for {
 		select {
 		case <-t.C:
-			s.step(nil)
+			s.drv.Leading() // ticks the member
 		case <-s.ctx.Done():
 			return
 		}
@@ -42,7 +42,7 @@ func (l leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*
 		if err := l.s.checkSpace(ctx); err != nil {
 			return nil, err
 		}
-		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Grant(id, r.ID, r.TTL) })
+		resp, err := l.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return l.s.drv.Grant(r.ID, r.TTL, answer) })
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +57,7 @@ func (l leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) 
 		if err := l.s.authorizeLeader(ctx, l.s.leaseCheck(r.ID, true)); err != nil {
 			return nil, err
 		}
-		resp, err := l.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.Revoke(id, r.ID) })
+		resp, err := l.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return l.s.drv.Revoke(r.ID, answer) })
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +86,7 @@ func (l leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error 
 			return toGRPC(err)
 		}
 		// An expired lease's keepalive waits here for the expiry's revoke.
-		resp, err := l.s.await(stream.Context(), func(answer func(core.Response)) bool { return l.s.drv.KeepAlive(req.ID, answer) })
+		resp, err := l.s.propose(stream.Context(), func(answer func(core.Response)) core.RequestID { return l.s.drv.KeepAlive(req.ID, answer) })
 		switch {
 		case errors.Is(err, core.ErrLeaseNotFound):
 			resp.LeaseTTL = 0 // etcd answers an unknown lease with TTL 0
@@ -112,15 +112,8 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 		if err := l.s.authorizeLeader(ctx, check); err != nil {
 			return nil, err
 		}
-		var (
-			info core.LeaseInfo
-			rev  int64
-			err  error
-		)
-		if !l.s.step(func(n *core.Node) {
-			info, err = n.TimeToLive(r.ID, l.s.clock())
-			rev = n.Committed()
-		}) {
+		info, rev, led, err := l.s.drv.TimeToLive(r.ID)
+		if !led {
 			return nil, core.ErrNotLeader
 		}
 		if errors.Is(err, core.ErrLeaseNotFound) {
@@ -145,11 +138,8 @@ func (l leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) 
 		if err := l.s.authorizeLeader(ctx, l.s.leasesCheck); err != nil {
 			return nil, err
 		}
-		var (
-			ids []int64
-			rev int64
-		)
-		if !l.s.step(func(n *core.Node) { ids, rev = n.Leases(), n.Committed() }) {
+		ids, rev, led := l.s.drv.Leases()
+		if !led {
 			return nil, core.ErrNotLeader
 		}
 		resp := &pb.LeaseLeasesResponse{Header: l.s.header(rev)}
@@ -180,13 +170,5 @@ func (s *Server) leasesCheck(st *auth.Store, id auth.Identity) error {
 	if err := someUser(st, id); err != nil || st.CheckAdmin(id) == nil {
 		return err
 	}
-	var keys [][]byte
-	s.step(func(n *core.Node) {
-		for _, l := range n.Leases() {
-			if info, err := n.TimeToLive(l, s.clock()); err == nil {
-				keys = append(keys, info.Keys...)
-			}
-		}
-	})
-	return st.CheckLeaseKeys(id, keys, false)
+	return st.CheckLeaseKeys(id, s.drv.LeasedKeys(), false)
 }

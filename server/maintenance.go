@@ -30,9 +30,7 @@ func (m maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb
 		return nil, toGRPC(err)
 	}
 	c := m.s.committed()
-	m.s.mu.Lock()
-	term := m.s.member.Term()
-	m.s.mu.Unlock()
+	term := m.s.drv.Status().Term
 	// etcdctl divides by the db size: never report 0.
 	used, err := m.s.space.used()
 	failed := m.s.engineFailed()
@@ -123,11 +121,11 @@ func (m maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.A
 	}
 	raise := r.Action == pb.AlarmRequest_ACTIVATE
 	return forward(m.s, ctx, func() (*pb.AlarmResponse, error) {
-		var before []uint64
-		if !m.s.step(func(n *core.Node) { before = n.Alarmed() }) {
+		before, led := m.s.drv.Alarmed()
+		if !led {
 			return nil, core.ErrNotLeader
 		}
-		resp, err := m.s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetAlarm(id, r.MemberID, raise) })
+		resp, err := m.s.propose(ctx, func(answer func(core.Response)) core.RequestID { return m.s.drv.SetAlarm(r.MemberID, raise, answer) })
 		if err != nil {
 			return nil, err
 		}
@@ -166,8 +164,8 @@ func (s *Server) HasLeader(ctx context.Context) bool { return s.leaderID(ctx) !=
 // alarmed returns the member IDs of the raised NOSPACE alarms: the
 // leader knows them, other instances read them from the engine.
 func (s *Server) alarmed(ctx context.Context) ([]uint64, error) {
-	var ids []uint64
-	if s.step(func(n *core.Node) { ids = n.Alarmed() }) {
+	ids, led := s.drv.Alarmed()
+	if led {
 		return s.alarmMembers(ids), nil
 	}
 	txn, err := s.eng.Begin(ctx)
@@ -196,8 +194,7 @@ func (s *Server) alarmMembers(ids []uint64) []uint64 {
 // noSpace reports whether the NOSPACE alarm is raised: the leader knows,
 // other instances read it from the engine.
 func (s *Server) noSpace(ctx context.Context) (bool, error) {
-	on := false
-	if s.step(func(n *core.Node) { on = n.NoSpace() }) {
+	if on, led := s.drv.NoSpace(); led {
 		return on, nil
 	}
 	txn, err := s.eng.Begin(ctx)

@@ -62,10 +62,10 @@ func (s *Server) announce() {
 }
 
 func (s *Server) writePresence(ctx context.Context, remove bool) error {
-	s.mu.Lock()
+	s.urlsMu.Lock()
 	p := presence{Name: s.cfg.Name, Instance: s.id, MemberID: s.cfg.MemberID, ClientURLs: s.cfg.ClientURLs, PeerURLs: s.cfg.PeerURLs,
 		Expires: time.Now().Add(presenceTTL * s.mcfg.Lease).UnixNano()}
-	s.mu.Unlock()
+	s.urlsMu.Unlock()
 	txn, err := s.eng.Begin(ctx)
 	if err != nil {
 		return err
@@ -114,9 +114,8 @@ func (s *Server) members(ctx context.Context) ([]presence, error) {
 // leaderID returns the member ID of the leader this instance believes
 // in (0: none known).
 func (s *Server) leaderID(ctx context.Context) uint64 {
-	s.mu.Lock()
-	rec, ok := s.member.Leader()
-	s.mu.Unlock()
+	st := s.drv.Status()
+	rec, ok := st.Leader, st.HasLeader
 	if !ok {
 		return 0
 	}
@@ -149,9 +148,9 @@ func (c clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 	}
 	// etcd's cluster answers carry no revision.
 	resp := &pb.MemberListResponse{Header: c.s.header(0)}
-	c.s.mu.Lock()
+	c.s.urlsMu.Lock()
 	urls, peerURLs := c.s.cfg.ClientURLs, c.s.cfg.PeerURLs
-	c.s.mu.Unlock()
+	c.s.urlsMu.Unlock()
 	seen := false
 	for _, p := range ms {
 		if p.MemberID == c.s.cfg.MemberID {

@@ -123,29 +123,19 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	var committed, compacted int64
-	var inflight, watchers, leases int
-	s.mu.Lock()
-	n := s.member.Node()
-	if n != nil {
-		committed, compacted = n.Committed(), n.Compacted()
-		inflight, leases = n.InFlight(), len(n.Leases())
-	}
-	_, hasLeader := s.member.Leader()
-	s.mu.Unlock()
-	if n != nil {
+	st := s.drv.Status()
+	committed, compacted, inflight, leases, hasLeader := st.Committed, st.Compacted, st.InFlight, st.Leases, st.HasLeader
+	var watchers int
+	if st.Leading {
 		watchers, _ = s.drv.WatchCounts()
-	}
-	if n == nil {
-		committed = s.drv.Known()
 	}
 	ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(committed))
 	ch <- prometheus.MustNewConstMetric(descCompacted, prometheus.GaugeValue, float64(compacted))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight))
 	ch <- prometheus.MustNewConstMetric(descWatchers, prometheus.GaugeValue, float64(watchers))
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
-	ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, gauge(hasLeader || n != nil))
-	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, gauge(n != nil))
+	ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, gauge(hasLeader || st.Leading))
+	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, gauge(st.Leading))
 }
 
 // Metrics serves the server's Prometheus metrics.

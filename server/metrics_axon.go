@@ -123,8 +123,8 @@ func (c *axonNode) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *axonNode) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	var st core.Stats
-	if c.s.step(func(n *core.Node) { st = n.Stats() }) {
+	if s := c.s.drv.Status(); s.Leading {
+		st := s.Stats
 		gauge(descUncertain, float64(st.Uncertain))
 		gauge(descLatchWaiting, float64(st.LatchWaiting))
 		gauge(descRingEvents, float64(st.RingEvents))

@@ -233,12 +233,10 @@ func (c *etcdNode) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *etcdNode) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	var st core.Stats
-	var pending int
-	var compacted int64
-	led := s.step(func(n *core.Node) { st, pending, compacted = n.Stats(), n.InFlight(), n.Compacted() })
-	if !led {
-		st.Dealt = s.drv.Known()
+	status := s.drv.Status()
+	st, pending, compacted := status.Stats, status.InFlight, status.Compacted
+	if !status.Leading {
+		st.Dealt = status.Committed
 		st.Committed = st.Dealt
 	}
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }

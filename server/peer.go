@@ -74,7 +74,7 @@ func (s *Server) serveReadIndex(context.Context) (*pb.ResponseHeader, error) {
 // nudge makes this instance read the election record now: the leader
 // handed it leadership.
 func (s *Server) serveNudge(context.Context) (*pb.ResponseHeader, error) {
-	s.stepMember(func(m *core.Member) { m.Refresh() })
+	s.drv.Refresh()
 	return s.header(0), nil
 }
 

@@ -164,12 +164,14 @@ type Server struct {
 	log *slog.Logger
 	id  string // this incarnation's name in the election record
 
-	mu     sync.Mutex // guards member and delivery order
-	member *core.Member
-	drv    *driver.Driver
-	// mcfg is the member's configuration with defaults, read without
-	// the lock (only its Addr changes later, and nothing here reads it).
+	// drv drives the member; it owns it and its lock.
+	drv *driver.Driver
+	// mcfg is the member's configuration with defaults (only its Addr
+	// changes later, and nothing here reads it).
 	mcfg core.MemberConfig
+	// urlsMu guards cfg.ClientURLs and cfg.PeerURLs, which are set once
+	// the listeners are bound.
+	urlsMu sync.Mutex
 
 	metrics   *metrics
 	admission *admission
@@ -236,13 +238,13 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	if t := cfg.Auth.Token; t != nil && len(t.unknown) > 0 {
 		s.log.Warn("unknown JWT options", "keys", t.unknown)
 	}
-	s.member = core.NewMember(core.MemberConfig{
+	member := core.NewMember(core.MemberConfig{
 		ID: s.id, Addr: s.advertised(), Lease: cfg.Lease, RenewEvery: cfg.RenewEvery,
 		MaxDrift: cfg.MaxDrift, EngineDeadline: cfg.EngineDeadline, Exclusive: cfg.Exclusive,
 		LeaseTickEvery: 50 * time.Millisecond, Node: cfg.Core,
 	})
-	s.mcfg = s.member.Config()
-	s.drv = driver.New(driver.Config{Member: s.member, Lock: &s.mu, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
+	s.mcfg = member.Config()
+	s.drv = driver.New(driver.Config{Member: member, Log: s.log, Clock: wallClock{s}, Exec: executor{s},
 		Transport: peerTransport{s}, Refused: refused, Binary: BinaryVersion(), KeyCacheBytes: keyCache(cfg.KeyCache, cfg.MemoryBudget),
 		AuthSecret: func() ([]byte, error) {
 			secret := make([]byte, 32)
@@ -250,7 +252,7 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 			return secret, err
 		},
 		Hooks: driver.Hooks{
-			RoleChanged: func(*core.Member) { s.roleChanged() },
+			RoleChanged: s.roleChanged,
 			Unclaimed:   func(r core.Response) { s.metrics.etcd.unclaimed(r) },
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
@@ -305,14 +307,11 @@ func memberID(name string) uint64 {
 func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
 	t := time.NewTimer(limit)
 	defer t.Stop()
-	for !s.step(nil) {
+	for !s.drv.Leading() {
 		select {
 		case <-s.led:
 		case <-t.C:
-			s.mu.Lock()
-			member := s.describe()
-			s.mu.Unlock()
-			return fmt.Errorf("server: not leading after %v: %s", limit, member)
+			return fmt.Errorf("server: not leading after %v: %s", limit, s.drv.Status().Describe)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -353,19 +352,12 @@ func (s *Server) clock() time.Duration { return wallClock{}.Now() }
 // AfterFunc runs f after d unless the server closes first.
 func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.timers.after(d, f) }
 
-// step ticks the member, runs fn against the node if this instance leads,
-// acts on the outputs and reports whether fn ran.
-func (s *Server) step(fn func(n *core.Node)) bool { return s.drv.Step(nil, fn) }
-
-// stepMember runs fn against the member itself, then acts as step does.
-func (s *Server) stepMember(fn func(m *core.Member)) { s.drv.Step(fn, nil) }
-
 // roleChanged acts on a change of leadership (the driver ends the watch
-// streams of a lost lead); called with s.mu held.
-func (s *Server) roleChanged() {
-	s.log.Info("role changed", "member", s.describe())
+// streams of a lost lead); called with the driver's lock held.
+func (s *Server) roleChanged(m *core.Member) {
+	s.log.Info("role changed", "member", core.DescribeMember(m))
 	s.metrics.roleChanges.Inc()
-	if s.member.Node() != nil {
+	if m.Node() != nil {
 		s.wakeLeading()
 	}
 }
@@ -382,9 +374,6 @@ const (
 func keyCache(setting, budget int64) int64 {
 	return memlimit.Share(setting, budget, 32, maxKeyCache, noBudgetKeyCache)
 }
-
-// describe renders the member for logs; called with s.mu held.
-func (s *Server) describe() string { return core.DescribeMember(s.member) }
 
 // executor runs work items on goroutines against the engine.
 type executor struct{ s *Server }
@@ -447,18 +436,13 @@ func (s *Server) run(w *core.Work) driver.Result {
 	return r
 }
 
-// propose sends a request through the node and waits for its answer;
-// core.ErrNotLeader if this instance does not lead.
-func (s *Server) propose(ctx context.Context, submit func(n *core.Node, id core.RequestID)) (core.Response, error) {
-	return s.await(ctx, func(answer func(core.Response)) bool { return s.drv.Propose(submit, answer) })
-}
-
-// await starts a request on the leader's node through the driver (start
-// reports whether this instance leads, and calls answer once if so) and
-// waits for its answer.
-func (s *Server) await(ctx context.Context, start func(answer func(core.Response)) bool) (core.Response, error) {
+// propose starts a request on the leader's node through the driver (one
+// of its typed requests, which calls answer once and returns the
+// request's ID, 0 if this instance does not lead) and waits for its
+// answer; core.ErrNotLeader if this instance does not lead.
+func (s *Server) propose(ctx context.Context, start func(answer func(core.Response)) core.RequestID) (core.Response, error) {
 	ch := make(chan core.Response, 1)
-	if !start(func(r core.Response) { ch <- r }) {
+	if start(func(r core.Response) { ch <- r }) == 0 {
 		return core.Response{}, core.ErrNotLeader
 	}
 	select {
@@ -474,15 +458,16 @@ func (s *Server) await(ctx context.Context, start func(answer func(core.Response
 // SetClientURLs sets the URLs MemberList advertises, for a server that
 // learns its address only once it listens.
 func (s *Server) SetClientURLs(urls []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.urlsMu.Lock()
 	s.cfg.ClientURLs = urls
-	s.member.SetAddr(s.advertised())
+	addr := s.advertised()
+	s.urlsMu.Unlock()
+	s.drv.SetAddr(addr)
 	s.announceNow()
 }
 
 // announceNow writes this instance's presence now rather than at the
-// next renewal. s.mu is held.
+// next renewal.
 func (s *Server) announceNow() {
 	s.work.Add(1)
 	go func() {
@@ -494,10 +479,11 @@ func (s *Server) announceNow() {
 // SetPeerURLs is SetClientURLs for the URLs other instances reach this
 // one at.
 func (s *Server) SetPeerURLs(urls []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.urlsMu.Lock()
 	s.cfg.PeerURLs = urls
-	s.member.SetAddr(s.advertised())
+	addr := s.advertised()
+	s.urlsMu.Unlock()
+	s.drv.SetAddr(addr)
 	s.announceNow()
 }
 
@@ -527,12 +513,9 @@ func peerAddr(peerURLs, clientURLs []string) string {
 // committed returns the commit point: the node's, or on a follower the
 // last one learned from the leader.
 func (s *Server) committed() int64 {
-	var c int64
-	if !s.step(func(n *core.Node) { c = n.Committed() }) {
-		return s.drv.Known()
-	}
-	return c
+	s.drv.Leading() // ticked: a leader whose lease ran out has stepped down
+	return s.drv.Committed()
 }
 
 // Leading reports whether this instance leads now.
-func (s *Server) Leading() bool { return s.step(nil) }
+func (s *Server) Leading() bool { return s.drv.Leading() }

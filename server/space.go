@@ -115,12 +115,10 @@ func (s *Server) checkSpace(ctx context.Context) error {
 	if why == "" {
 		return nil
 	}
-	raised := false
-	s.step(func(n *core.Node) { raised = n.NoSpace() })
-	if raised {
+	if raised, _ := s.drv.NoSpace(); raised {
 		return nil
 	}
 	s.log.Warn("raising the NOSPACE alarm: writes that add data are refused until it is disarmed", "why", why)
-	_, err = s.propose(ctx, func(n *core.Node, id core.RequestID) { n.SetAlarm(id, s.cfg.MemberID, true) })
+	_, err = s.propose(ctx, func(answer func(core.Response)) core.RequestID { return s.drv.SetAlarm(s.cfg.MemberID, true, answer) })
 	return err
 }

@@ -59,7 +59,7 @@ func TestPendingTimersCostNoGoroutines(t *testing.T) {
 func TestTimerFiresAndCallsTheDriver(t *testing.T) {
 	s := newMemServer(t, Config{})
 	leading := make(chan bool, 1)
-	wallClock{s}.AfterFunc(time.Millisecond, func() { leading <- s.step(nil) })
+	wallClock{s}.AfterFunc(time.Millisecond, func() { leading <- s.drv.Leading() })
 	select {
 	case l := <-leading:
 		if !l {
@@ -83,7 +83,7 @@ func TestCloseWaitsForARunningTimer(t *testing.T) {
 	wallClock{s}.AfterFunc(0, func() {
 		close(started)
 		<-release
-		s.step(nil)
+		s.drv.Leading()
 		finished.Store(true)
 	})
 	<-started

@@ -374,15 +374,15 @@ func (n *node) serve(c *call, forwarded bool, reply func(answer, error)) {
 	}, func(err error) { reply(got, err) })
 }
 
-// local runs a call on this node if it leads: core.ErrNotLeader if not.
+// local runs a call on this node through the driver's typed requests:
+// core.ErrNotLeader if it does not lead.
 func (n *node) local(c *call, got *answer, done func(error)) {
-	nd := n.member.Node()
-	if nd == nil {
+	if n.member.Node() == nil {
 		done(core.ErrNotLeader)
 		return
 	}
-	submit := func(sub func(nd *core.Node, id core.RequestID)) {
-		if !n.propose(c, sub, func(a answer, err error) {
+	submit := func(start func(answer func(core.Response)) core.RequestID) {
+		if !n.propose(c, start, func(a answer, err error) {
 			*got = a
 			done(err)
 		}) {
@@ -390,31 +390,27 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 		}
 	}
 	// checked submits once the call passes the auth check.
-	checked := func(sub func(nd *core.Node, id core.RequestID)) {
+	checked := func(start func(answer func(core.Response)) core.RequestID) {
 		n.authorizeLeader(c, func(err error) {
 			if err != nil {
 				done(err)
 				return
 			}
-			submit(sub)
+			submit(start)
 		})
 	}
+	d := n.drv
 	switch c.in.kind {
 	case opWrite:
-		checked(func(nd *core.Node, id core.RequestID) { nd.Propose(id, c.in.write) })
+		checked(func(a func(core.Response)) core.RequestID { return d.Write(c.in.write, a) })
 	case opGrant:
-		submit(func(nd *core.Node, id core.RequestID) { nd.Grant(id, 0, c.in.ttl) })
+		submit(func(a func(core.Response)) core.RequestID { return d.Grant(0, c.in.ttl, a) })
 	case opRevoke:
-		submit(func(nd *core.Node, id core.RequestID) { nd.Revoke(id, c.in.lease) })
+		submit(func(a func(core.Response)) core.RequestID { return d.Revoke(c.in.lease, a) })
 	case opCompact:
-		checked(func(nd *core.Node, id core.RequestID) { nd.Compact(id, c.in.rev) })
+		checked(func(a func(core.Response)) core.RequestID { return d.Compact(c.in.rev, a) })
 	case opKeepAlive:
-		if !n.await(c, func(answer func(core.Response)) bool { return n.drv.KeepAlive(c.in.lease, answer) }, func(a answer, err error) {
-			*got = a
-			done(err)
-		}) {
-			done(core.ErrNotLeader)
-		}
+		submit(func(a func(core.Response)) core.RequestID { return d.KeepAlive(c.in.lease, a) })
 	case opAuth:
 		n.changeAuth(c, done)
 	}
@@ -433,22 +429,13 @@ func (n *node) forward(c *call, addr string, got *answer, done func(error)) {
 	})
 }
 
-// propose submits a call through the driver; its answer comes to
-// answered (ErrLeaderChanged, an unknown outcome, if the lead is lost).
-// It reports whether the node leads; if not, answered is never called.
-func (n *node) propose(c *call, submit func(*core.Node, core.RequestID), answered func(answer, error)) bool {
-	return n.await(c, func(answer func(core.Response)) bool {
-		return n.drv.Propose(func(nd *core.Node, id core.RequestID) {
-			n.calls[id] = c
-			submit(nd, id)
-		}, answer)
-	}, answered)
-}
-
-// await starts a call on the leader's node through the driver (start
-// reports whether the node leads) and passes its answer on.
-func (n *node) await(c *call, start func(answer func(core.Response)) bool, answered func(answer, error)) bool {
-	return start(func(r core.Response) {
+// propose starts a call through one of the driver's typed requests
+// (start returns its request ID, 0 if the node does not lead); its answer
+// comes to answered (ErrLeaderChanged, an unknown outcome, if the lead is
+// lost). It reports whether the node leads; if not, answered is never
+// called.
+func (n *node) propose(c *call, start func(answer func(core.Response)) core.RequestID, answered func(answer, error)) bool {
+	id := start(func(r core.Response) {
 		// Only an answer that it applied releases it: a refusal
 		// (ErrNotLeader while handing over) sends it on to the next leader.
 		if r.Err == nil {
@@ -459,6 +446,10 @@ func (n *node) await(c *call, start func(answer func(core.Response)) bool, answe
 		}
 		answered(answer{resp: r.Response, lease: leaseReply{id: r.Lease, ttl: r.LeaseTTL}, rev: r.Rev}, r.Err)
 	})
+	if id != 0 {
+		n.calls[id] = c // for ground truth: the work item carries the ID
+	}
+	return id != 0
 }
 
 // readPoint is the driver's ReadPoint, checked against the truth: a

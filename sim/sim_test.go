@@ -210,6 +210,21 @@ func TestEagerDealingIsCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.DealEagerly = false })
 }
 
+// TestRetriedUnknownOutcomeIsCaught plants a bug in the leader-call loop
+// the server runs (driver.Lead): a forwarded call whose answer may hide
+// that it applied (the leader's answer lost, a timeout) is sent again as
+// a refused one is, so a write applies twice. The swarm must find it at
+// once; the seed must replay bit for bit, and pass without the plant.
+func TestRetriedUnknownOutcomeIsCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{RetryUnknownOutcome: true}}
+	r, ok := firstFailure(1, 20, cfg)
+	if !ok {
+		t.Fatal("20 seeds retrying calls of unknown outcome all passed: the checks see no write applied twice")
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.RetryUnknownOutcome = false })
+}
+
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
 // a keepalive of a lease whose expiry is in flight is told "not found" at
 // once, so when that expiry fails for good the lease lives on after a
