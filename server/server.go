@@ -347,8 +347,6 @@ type wallClock struct{ s *Server }
 
 func (wallClock) Now() time.Duration { return time.Duration(time.Now().UnixNano()) }
 
-func (s *Server) clock() time.Duration { return wallClock{}.Now() }
-
 // AfterFunc runs f after d unless the server closes first.
 func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.timers.after(d, f) }
 
