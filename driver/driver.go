@@ -119,6 +119,10 @@ type TestingKnobs struct {
 	// call whose answer may hide that it applied (a timeout, a broken
 	// connection), as it does a refusal, so a write may apply twice.
 	RetryUnknownOutcome bool
+	// ProgressAtCommitted: a progress notification (progress_notify)
+	// says the commit point even for a watch still catching up, not the
+	// revision it is synced to, so its client skips events it never got.
+	ProgressAtCommitted bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its

@@ -184,7 +184,11 @@ func (ws *WatchStream) RequestProgress() {
 func (ws *WatchStream) NotifyProgress() {
 	ws.d.Step(nil, func(n *core.Node) {
 		for _, gid := range slices.Sorted(maps.Keys(ws.notify)) {
-			if rev, ok := n.Progress(gid); ok {
+			rev, ok := n.Progress(gid)
+			if ws.d.cfg.Testing.ProgressAtCommitted {
+				rev, ok = n.Committed(), true
+			}
+			if ok {
 				ws.push(&pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]})
 			}
 		}

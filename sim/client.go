@@ -204,8 +204,8 @@ type clientWatch struct {
 
 type watchSpec struct {
 	Key, End                   []byte
-	StartRev                   int64
-	PrevKV, NoDelete, Fragment bool
+	StartRev                                   int64
+	PrevKV, NoDelete, Fragment, ProgressNotify bool
 }
 
 func (c *client) keyspace() []string {
@@ -533,7 +533,7 @@ func (c *client) startWatch(rev int64) {
 	if c.kind == etcdClient {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
-	spec.Fragment = c.w.chance(0.3)
+	spec.Fragment, spec.ProgressNotify = c.w.chance(0.3), c.w.chance(0.3)
 	cw := &clientWatch{spec: spec, lastRev: rev - 1}
 	c.watch = cw
 	c.watches = append(c.watches, cw)

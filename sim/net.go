@@ -162,11 +162,26 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	n.subs[sub.id] = sub
 	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, sub.id
 	req := &pb.WatchCreateRequest{Key: cw.spec.Key, RangeEnd: cw.spec.End, StartRevision: cw.spec.StartRev,
-		PrevKv: cw.spec.PrevKV, Fragment: cw.spec.Fragment}
+		PrevKv: cw.spec.PrevKV, Fragment: cw.spec.Fragment, ProgressNotify: cw.spec.ProgressNotify}
 	if cw.spec.NoDelete {
 		req.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}
 	}
-	sub.ws.Create(req) // not leading: the stream stops (endSub)
+	if sub.ws.Create(req) && cw.spec.ProgressNotify { // not leading: the stream stops (endSub)
+		n.notifyProgress(sub)
+	}
+}
+
+// notifyProgress has the stream send its progress_notify watches their
+// progress now and then, as the server's sender does every
+// --experimental-watch-progress-notify-interval (here far shorter).
+func (n *node) notifyProgress(sub *watchSub) {
+	n.on(n.w.between(20*time.Millisecond, 300*time.Millisecond), "progress-notify", func() {
+		if n.subs[sub.id] != sub {
+			return
+		}
+		sub.ws.NotifyProgress()
+		n.notifyProgress(sub)
+	})
 }
 
 // endSub ends a stream the node no longer serves: the client's watch

@@ -225,6 +225,24 @@ func TestRetriedUnknownOutcomeIsCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.RetryUnknownOutcome = false })
 }
 
+// TestProgressAtCommittedIsCaught plants a bug in the watch stream the
+// server runs (driver.WatchStream.NotifyProgress): a progress_notify
+// watch still catching up is told the commit point, so its client takes
+// events it never got as delivered. The watch check must find it within
+// 20 seeds; the seed must replay bit for bit, and pass without the plant.
+func TestProgressAtCommittedIsCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{ProgressAtCommitted: true}}
+	r, ok := firstFailure(1, 20, cfg)
+	if !ok {
+		t.Fatal("20 seeds notifying progress at the commit point all passed: the watch check sees nothing")
+	}
+	if !strings.Contains(r.Err.Error(), "ahead of events") {
+		t.Errorf("seed %d failed otherwise than by progress ahead of events: %v", r.Seed, r.Err)
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.ProgressAtCommitted = false })
+}
+
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
 // a keepalive of a lease whose expiry is in flight is told "not found" at
 // once, so when that expiry fails for good the lease lives on after a

@@ -80,6 +80,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-gen-on-failed-auth", "a failed auth change does not void the leader's auth loads under way", &k.KeepGenOnFailedAuth},
 		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &k.SkipPrevReads},
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
+		{"progress-at-committed", "progress notifications say the commit point, even for a watch still catching up", &k.ProgressAtCommitted},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
