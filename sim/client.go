@@ -203,7 +203,7 @@ type clientWatch struct {
 }
 
 type watchSpec struct {
-	Key, End                   []byte
+	Key, End                                   []byte
 	StartRev                                   int64
 	PrevKV, NoDelete, Fragment, ProgressNotify bool
 }
