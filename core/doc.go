@@ -193,7 +193,8 @@
 // Reads need no work item. Where Serving is true, read at Node.Committed
 // in an engine snapshot with Range (pure: run it outside the lock); a
 // follower asks the leader for its Committed (a read index) and reads at
-// that. Transfer hands the lead to another member: it drains, writes the
+// that. A streamed range (RangePages) reads page after page from the same
+// snapshot, which the driver keeps open until the last. Transfer hands the lead to another member: it drains, writes the
 // successor's record, and steps down.
 //
 // An uncertain outcome is resolved by fence work (evaluateFence): if the

@@ -215,7 +215,8 @@ func (h *harness) read(req *pb.RangeRequest) {
 	}
 	defer txn.Rollback()
 	c := h.node.Committed()
-	got, err := core.Range(storage.NewReader(txn), req, c, h.node.Compacted())
+	rd := storage.NewReader(txn)
+	got, err := core.Range(rd, req, c, h.node.Compacted())
 	rev := req.Revision
 	if rev == 0 {
 		rev = c
@@ -241,6 +242,36 @@ func (h *harness) read(req *pb.RangeRequest) {
 	want.Header = &pb.ResponseHeader{Revision: c}
 	if !proto.Equal(got, want) {
 		h.t.Fatalf("range %q..%q at r%d (C=%d):\n got %v\nwant %v", req.Key, req.RangeEnd, rev, c, got, want)
+	}
+	if core.Pageable(req) {
+		h.readPages(rd, req, c, got)
+	}
+}
+
+// readPages reads a pageable range in pages of sizes rapid picks and
+// checks that they are the range's answer: key-values in order, and the
+// header, count and more on the last page alone.
+func (h *harness) readPages(rd core.Reader, req *pb.RangeRequest, c int64, want *pb.RangeResponse) {
+	pages, err := core.NewRangePages(rd, req, c, h.node.Compacted())
+	if err != nil {
+		h.t.Fatalf("range %q..%q in pages: %v", req.Key, req.RangeEnd, err)
+	}
+	got := &pb.RangeResponse{}
+	for {
+		page, done, err := pages.Next(rapid.IntRange(1, 3).Draw(h.t, "page"), nil)
+		if err != nil {
+			h.t.Fatalf("range %q..%q in pages: %v", req.Key, req.RangeEnd, err)
+		}
+		if !done && (page.Header != nil || page.Count != 0 || page.More || len(page.Kvs) == 0) {
+			h.t.Fatalf("range %q..%q: a page before the last is %v", req.Key, req.RangeEnd, page)
+		}
+		proto.Merge(got, page)
+		if done {
+			break
+		}
+	}
+	if !proto.Equal(got, want) {
+		h.t.Fatalf("range %q..%q in pages:\n got %v\nwant %v", req.Key, req.RangeEnd, got, want)
 	}
 }
 

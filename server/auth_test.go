@@ -278,6 +278,20 @@ var matrix = []call{
 		_, err := s.kv().Range(ctx, rng("\x00", "\x00"))
 		return outcome(err)
 	}},
+	{"range stream [a, c) (readwrite)", func(s *authScript, ctx context.Context) string {
+		r, err := readRangeStream(ctx, s.kv(), rng("a", "c"))
+		return outcome(err, " count=", r.GetCount())
+	}},
+	{"serializable range stream [a, b)", func(s *authScript, ctx context.Context) string {
+		r := rng("a", "b")
+		r.Serializable = true
+		resp, err := readRangeStream(ctx, s.kv(), r)
+		return outcome(err, " count=", resp.GetCount())
+	}},
+	{"range stream [a, d) (past the permission)", func(s *authScript, ctx context.Context) string {
+		_, err := readRangeStream(ctx, s.kv(), rng("a", "d"))
+		return outcome(err)
+	}},
 	{"put a1", func(s *authScript, ctx context.Context) string {
 		_, err := s.kv().Put(ctx, &pb.PutRequest{Key: []byte("a1"), Value: []byte("w")})
 		return outcome(err)

@@ -107,9 +107,7 @@ type kvServer struct {
 }
 
 func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	resp, err := k.s.rangeChecked(ctx, r, func(st *auth.Store, id auth.Identity) error {
-		return st.CheckRange(id, r)
-	})
+	resp, err := k.s.rangeChecked(ctx, r, rangeCheck(r))
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -117,37 +115,51 @@ func (k kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	return resp, nil
 }
 
+// rangeCheck is the auth check of a range: read permission on its keys.
+func rangeCheck(r *pb.RangeRequest) authCheck {
+	return func(st *auth.Store, id auth.Identity) error { return st.CheckRange(id, r) }
+}
+
 // rangeChecked answers r once check allows its caller; a nil check is
 // the instance's own read, which runs as no user (etcd's health read runs
 // as root).
 func (s *Server) rangeChecked(ctx context.Context, r *pb.RangeRequest, check authCheck) (*pb.RangeResponse, error) {
-	if err := core.ValidateRange(r); err != nil {
-		return nil, err
-	}
-	snap, err := s.readSnapshot(ctx, r.Serializable)
+	txn, rd, c, compacted, err := s.rangeSnapshot(ctx, r, check)
 	if err != nil {
 		return nil, err
 	}
-	txn, c := snap.txn, snap.rev
 	defer txn.Rollback()
+	return core.RangeCounted(rd, r, c, compacted, &s.counts, memoryFor(ctx))
+}
+
+// rangeSnapshot validates r, takes the snapshot it is read from (see
+// readSnapshot), with its commit point and compact revision, and returns
+// a reader of it once check allows the caller (nil: no check), against
+// the store in the read's own snapshot, looked at before it began. The
+// caller rolls txn back.
+func (s *Server) rangeSnapshot(ctx context.Context, r *pb.RangeRequest, check authCheck) (txn storage.Txn, rd core.Reader, c, compacted int64, err error) {
+	if err := core.ValidateRange(r); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	snap, err := s.readSnapshot(ctx, r.Serializable)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	txn, c, compacted = snap.txn, snap.rev, snap.compacted
 	la := core.RangeLookahead(r, c)
 	if !snap.led && check != nil {
 		// A follower checks against the auth store in the read's own
 		// snapshot: its counter is read with the range's first reads.
 		la.Gets = append(la.Gets, core.MetaKey(auth.MetaAuthSeq))
 	}
-	rd, err := driver.Reader(txn, la)
+	if rd, err = driver.Reader(txn, la); err == nil && check != nil {
+		err = s.drv.Authorize(snap.auth, rd, s.checker(ctx, check))
+	}
 	if err != nil {
-		return nil, err
+		txn.Rollback()
+		return nil, nil, 0, 0, err
 	}
-	if check != nil {
-		// Checked against the store in the read's own snapshot, looked
-		// at before it began.
-		if err := s.drv.Authorize(snap.auth, rd, s.checker(ctx, check)); err != nil {
-			return nil, err
-		}
-	}
-	return core.RangeCounted(rd, r, c, snap.compacted, &s.counts, memoryFor(ctx))
+	return txn, rd, c, compacted, nil
 }
 
 // HealthRead is etcd's health read, a one-key range (serializable: from
@@ -159,12 +171,78 @@ func (s *Server) HealthRead(ctx context.Context, serializable bool) error {
 	return err
 }
 
-// rangeStreamChunk bounds the key-values one RangeStream message holds.
+// RangeStream answers a range in chunks (etcd 3.7): the chunks' kvs in
+// order are Range's at one revision; header, more and count come with
+// the last. A pageable range (core.Pageable: key order, no filter) is
+// read a page at a time from one snapshot, each page sent before the next
+// is read, so neither the first byte nor the memory waits for the whole
+// answer. Any other is answered by Range and cut into chunks: etcd
+// refuses sorted and filtered streams as Unimplemented, Axon answers them
+// as a Range.
+func (k kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	if !core.Pageable(r) {
+		return k.rangeStreamWhole(r, stream)
+	}
+	return toGRPC(k.s.streamPages(stream.Context(), r, stream.Send))
+}
+
+// firstPageKeys is the keys of a streamed range's first page: few, for a
+// quick first byte.
+const firstPageKeys = 10
+
+// nextPageKeys sizes a streamed range's next page after one of last keys
+// and size bytes, as etcd sizes its chunks: twice the keys while a page
+// is under half the target size, half while it is over twice that.
+func nextPageKeys(last, size, target int) int {
+	switch {
+	case size < target/2:
+		last *= 2
+	case size > target*2:
+		last /= 2
+	}
+	return max(last, 1)
+}
+
+// streamPages sends r's pages (core.RangePages) from one snapshot, each
+// page's read memory given back as it goes out (chunkMemory). Send
+// blocks while the client is slow to read, and the snapshot stays open
+// that long: the engine keeps the versions it sees meanwhile, as for any
+// long read.
+func (s *Server) streamPages(ctx context.Context, r *pb.RangeRequest, send func(*pb.RangeStreamResponse) error) error {
+	txn, rd, c, compacted, err := s.rangeSnapshot(ctx, r, rangeCheck(r))
+	if err != nil {
+		return err
+	}
+	defer txn.Rollback()
+	pages, err := core.NewRangePages(rd, r, c, compacted)
+	if err != nil {
+		return err
+	}
+	mem := chunkMemoryFor(ctx)
+	for size := firstPageKeys; ; {
+		resp, done, err := pages.Next(size, mem.allowance())
+		if err != nil {
+			return err
+		}
+		s.fillHeader(resp.Header)
+		if err := send(&pb.RangeStreamResponse{RangeResponse: resp}); err != nil {
+			return err
+		}
+		mem.sent()
+		if done {
+			return nil
+		}
+		size = nextPageKeys(size, proto.Size(resp), s.cfg.MaxRequestBytes)
+	}
+}
+
+// rangeStreamChunk bounds the key-values one message of a whole range's
+// stream holds.
 const rangeStreamChunk = 1000
 
-// RangeStream answers a range in chunks (etcd 3.7): the chunks' kvs in
-// order are the whole result; header, more and count come last.
-func (k kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+// rangeStreamWhole answers a range that is not pageable by Range, in
+// chunks.
+func (k kvServer) rangeStreamWhole(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
 	resp, err := k.Range(stream.Context(), r)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/internal/etcdtest"
@@ -197,6 +198,73 @@ var parityCases = []struct {
 				}
 			}
 			out = append(out, fmt.Sprintf("%d events", n))
+		}
+		return strings.Join(out, "\n"), nil
+	}},
+	{"a range stream: its chunks, limits, keys only, count only, one key, none, an old revision, and revision errors", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		var first, last int64
+		for i := range 30 {
+			r, err := cli.Put(ctx, fmt.Sprintf("%sk%02d", p, i), strings.Repeat("v", i))
+			if err != nil {
+				return "", err
+			}
+			if first == 0 {
+				first = r.Header.Revision
+			}
+		}
+		for _, k := range []string{"k07", "k21"} {
+			r, err := cli.Delete(ctx, p+k)
+			if err != nil {
+				return "", err
+			}
+			last = r.Header.Revision
+		}
+		var out []string
+		stream := func(name, key string, opts ...clientv3.OpOption) error {
+			ch, err := cli.GetStream(ctx, key, opts...)
+			if err != nil {
+				return err
+			}
+			var chunks []string
+			merged := &pb.RangeResponse{}
+			for r := range ch {
+				if err := r.Err(); err != nil {
+					out = append(out, fmt.Sprintf("%s: %v", name, err))
+					return nil
+				}
+				c := r.RangeResponse
+				chunks = append(chunks, fmt.Sprintf("[%d kvs, header %v, count %d, more %v]", len(c.Kvs), c.Header != nil, c.Count, c.More))
+				proto.Merge(merged, c)
+			}
+			out = append(out, fmt.Sprintf("%s: %s at the last write %v: %s", name, strings.Join(chunks, " "),
+				merged.Header.GetRevision() == last, render(merged.Kvs, merged.Count, merged.More)))
+			return nil
+		}
+		all := clientv3.WithRange(p + "l")
+		for _, c := range []struct {
+			name, key string
+			opts      []clientv3.OpOption
+		}{
+			{"prefix", p, []clientv3.OpOption{all}},
+			{"limit 10", p, []clientv3.OpOption{all, clientv3.WithLimit(10)}},
+			{"limit 12", p, []clientv3.OpOption{all, clientv3.WithLimit(12)}},
+			{"limit 28, every key", p, []clientv3.OpOption{all, clientv3.WithLimit(28)}},
+			{"keys only", p, []clientv3.OpOption{all, clientv3.WithKeysOnly()}},
+			{"count only", p, []clientv3.OpOption{all, clientv3.WithCountOnly()}},
+			{"one key", p + "k03", nil},
+			{"a range of none", p + "none/", []clientv3.OpOption{clientv3.WithPrefix()}},
+			{"at the first put", p, []clientv3.OpOption{all, clientv3.WithRev(first)}},
+			{"at a future revision", p, []clientv3.OpOption{all, clientv3.WithRev(last + 100)}},
+		} {
+			if err := stream(c.name, c.key, c.opts...); err != nil {
+				return "", err
+			}
+		}
+		if _, err := cli.Compact(ctx, first+1); err != nil {
+			return "", err
+		}
+		if err := stream("at a compacted revision", p, all, clientv3.WithRev(first)); err != nil {
+			return "", err
 		}
 		return strings.Join(out, "\n"), nil
 	}},

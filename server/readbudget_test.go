@@ -137,6 +137,37 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// slowClient dials cli's server through a gatedConn, with small fixed
+// windows: the server can send 64 KiB ahead of what the client reads, and
+// queues the rest. open opens the gate (once; it is opened when the test
+// ends, before the client closes).
+func slowClient(t *testing.T, cli *clientv3.Client) (slow *clientv3.Client, gate *gatedConn, open func()) {
+	t.Helper()
+	gate = &gatedConn{open: make(chan struct{}), blocked: make(chan struct{})}
+	open = sync.OnceFunc(func() { close(gate.open) })
+	slow, err := clientv3.New(clientv3.Config{
+		Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				gate.Conn = c
+				return gate, err
+			}),
+			grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	t.Cleanup(open) // before Close, which waits for the gated reader
+	// The connection is up before any test gates it.
+	if _, err := slow.Get(t.Context(), "health"); err != nil {
+		t.Fatal(err)
+	}
+	return slow, gate, open
+}
+
 // TestASlowClientsQueuedAnswerHoldsTheBudget: an answer the handler has
 // finished but the client has not read still holds its share of the read
 // budget, so another large read waits; once the slow client reads, both
@@ -148,29 +179,7 @@ func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
 	ctx := t.Context()
 	const n = 2000 // 2 MiB of values: twice the budget
 	putBig(t, cli, n)
-	gate := &gatedConn{open: make(chan struct{}), blocked: make(chan struct{})}
-	opened := sync.OnceFunc(func() { close(gate.open) })
-	slow, err := clientv3.New(clientv3.Config{
-		Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-				gate.Conn = c
-				return gate, err
-			}),
-			// Small fixed windows: the server can send 64 KiB ahead of
-			// what the client reads, and queues the rest.
-			grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
-	defer opened() // before Close, which waits for the gated reader
-	if _, err := slow.Get(ctx, "/big/00000"); err != nil {
-		t.Fatal(err)
-	}
+	slow, gate, opened := slowClient(t, cli)
 	gate.gated.Store(true)
 	slowDone := make(chan error, 1)
 	go func() {
@@ -189,7 +198,7 @@ func TestASlowClientsQueuedAnswerHoldsTheBudget(t *testing.T) {
 	// 64 KiB of it queued: a second
 	// list of 2 MiB must wait for it to be read.
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err = cli.Get(wctx, "/big/", clientv3.WithPrefix())
+	_, err := cli.Get(wctx, "/big/", clientv3.WithPrefix())
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a second list while a 2 MiB answer waits for a slow client (budget 1 MiB): %v; want it to wait", err)

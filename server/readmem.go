@@ -39,7 +39,9 @@ const readCopies = 2
 // otherwise let those queues grow past any budget. The connection counts
 // the bytes it writes (countingCreds), and the read's share is given
 // back once the connection has written as much as had been queued on it
-// when the answer was.
+// when the answer was. A streamed read (RangeStream) gives back each
+// chunk's share the same way as the chunk goes out, so it holds about
+// one chunk rather than its whole answer.
 type readBudget struct {
 	limit int64
 
@@ -86,11 +88,15 @@ type readAllowance struct {
 	b    *readBudget
 	id   uint64 // 0 until it first holds
 	held int64
-	done bool
+	// queued is the part of held that is encoded chunks queued on the
+	// connection, each given back as it is written (chunkQueued).
+	queued int64
+	done   bool
 	// sent is where its answer's last message ends among the bytes
-	// queued on its connection (0: nothing queued yet); set by the stats
-	// handler, which sees the call's events in order.
-	sent int64
+	// queued on its connection (0: nothing queued yet), and bytes what
+	// its messages there add up to; set by the stats handler, which sees
+	// the call's events in order.
+	sent, bytes int64
 }
 
 // hold adds n bytes to what a holds and waits, unless a is the oldest
@@ -129,18 +135,61 @@ func (a *readAllowance) hold(ctx context.Context, n int) error {
 	return nil
 }
 
-// shrink keeps a part of what a holds (once its answer is encoded the
-// key-values it was built from are garbage).
-func (a *readAllowance) shrink(keep int64) {
-	b := a.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if a.done || keep >= a.held {
+// ended keeps of what a holds only its encoded answer, once its call has
+// ended: the key-values the answer was built from are garbage.
+func (a *readAllowance) ended() {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	a.giveBack(a.held - a.queued - (a.held-a.queued)/readCopies)
+}
+
+// chunkQueued says a chunk of a streamed answer, for which core reported
+// n bytes, is encoded and queued on the connection: its key-values are
+// garbage, and its message is held until written (chunkWritten).
+func (a *readAllowance) chunkQueued(n int64) {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	if a.done {
 		return
 	}
-	b.used -= a.held - keep
-	a.held = keep
+	a.giveBack(n * (readCopies - 1))
+	a.queued += min(n, a.held)
+}
+
+// chunkWritten gives back a queued chunk of n bytes: the connection has
+// written it.
+func (a *readAllowance) chunkWritten(n int64) {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	if a.done {
+		return
+	}
+	n = min(n, a.queued)
+	a.queued -= n
+	a.giveBack(n)
+}
+
+// giveBack gives back n of the bytes a holds; called with the budget's
+// lock held. A read left holding nothing is no longer among those holding
+// memory: a stream between chunks, perhaps waiting on a slow client,
+// must not stay the oldest that every other read waits behind. It comes
+// back as the youngest when it next holds.
+func (a *readAllowance) giveBack(n int64) {
+	b := a.b
+	if a.done || a.id == 0 {
+		return
+	}
+	n = max(min(n, a.held), 0)
+	a.held -= n
+	a.queued = min(a.queued, a.held)
+	b.used -= n
 	b.inUse.Set(float64(b.used))
+	if a.held == 0 {
+		if i := slices.Index(b.holding, a.id); i >= 0 {
+			b.holding = slices.Delete(b.holding, i, i+1)
+		}
+		a.id = 0
+	}
 	close(b.freed)
 	b.freed = make(chan struct{})
 }
@@ -150,24 +199,10 @@ func (a *readAllowance) release() {
 	if a == nil {
 		return
 	}
-	b := a.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if a.done {
-		return
-	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	a.giveBack(a.held)
 	a.done = true
-	if a.id == 0 {
-		return
-	}
-	b.used -= a.held
-	a.held = 0
-	b.inUse.Set(float64(b.used))
-	if i := slices.Index(b.holding, a.id); i >= 0 {
-		b.holding = slices.Delete(b.holding, i, i+1)
-	}
-	close(b.freed)
-	b.freed = make(chan struct{})
 }
 
 // boundAllowance is a readAllowance bound to its request's context, as
@@ -191,6 +226,56 @@ func memoryFor(ctx context.Context) core.Allowance {
 		return nil
 	}
 	return boundAllowance{a: a, ctx: ctx}
+}
+
+// chunkMemory is a streamed read's allowance, chunk by chunk: it counts
+// what core holds for the chunk being read, so that the chunk's share can
+// be given back once it is sent.
+type chunkMemory struct {
+	a    *readAllowance
+	ctx  context.Context
+	conn *countingConn // nil: a connection that does not count
+	held int64         // reported for the chunk being read
+}
+
+// chunkMemoryFor is memoryFor for a streamed read; nil without a budget.
+func chunkMemoryFor(ctx context.Context) *chunkMemory {
+	a, _ := ctx.Value(readAllowanceKey{}).(*readAllowance)
+	if a == nil {
+		return nil
+	}
+	return &chunkMemory{a: a, ctx: ctx, conn: connOf(ctx)}
+}
+
+// allowance is m as core takes it: a nil m is no bound.
+func (m *chunkMemory) allowance() core.Allowance {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+func (m *chunkMemory) Hold(n int) error {
+	m.held += int64(n)
+	return m.a.hold(m.ctx, n)
+}
+
+// sent gives back the share of the chunk just sent: gRPC has encoded it
+// and queued it on the connection (the stats handler set a.sent, where it
+// ends there), so its key-values are garbage at once and the message once
+// the connection has written it.
+func (m *chunkMemory) sent() {
+	if m == nil || m.held == 0 {
+		return
+	}
+	n := m.held
+	m.held = 0
+	m.a.chunkQueued(n)
+	if m.conn == nil {
+		m.a.chunkWritten(n)
+		return
+	}
+	m.conn.whenWritten(dueBack{a: m.a, sent: m.a.sent, n: n})
 }
 
 // budgeted names the methods whose answers a readBudget bounds.
@@ -222,6 +307,7 @@ func (h readStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		end := c.queued.Add(int64(s.WireLength))
 		if a, _ := ctx.Value(readAllowanceKey{}).(*readAllowance); a != nil {
 			a.sent = end
+			a.bytes += int64(s.WireLength)
 		}
 	case *stats.End:
 		a, _ := ctx.Value(readAllowanceKey{}).(*readAllowance)
@@ -233,8 +319,16 @@ func (h readStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 			a.release()
 			return
 		}
-		a.shrink(a.held / readCopies)
-		c.releaseWhenSent(a)
+		if s.Error != nil {
+			// A call that failed after it sent (a stream whose client
+			// canceled it): gRPC drops what of it is still queued, so
+			// the connection will not write up to a.sent for it.
+			c.dropped(a)
+			a.release()
+			return
+		}
+		a.ended()
+		c.whenWritten(dueBack{a: a, sent: a.sent})
 	}
 }
 
@@ -249,9 +343,26 @@ type countingConn struct {
 	queued  atomic.Int64 // bytes of the messages gRPC queued on it
 
 	mu      sync.Mutex
-	waiting []*readAllowance // answers not yet written, by sent
+	waiting []dueBack // answers and chunks not yet written, by sent
 	closed  bool
 	nwait   atomic.Int32
+}
+
+// dueBack is a read's share to give back once its connection has written
+// up to sent: a chunk of n bytes of a streamed answer, or, with n 0, all
+// the read holds (its call has ended).
+type dueBack struct {
+	a    *readAllowance
+	sent int64
+	n    int64
+}
+
+func (d dueBack) give() {
+	if d.n == 0 {
+		d.a.release()
+		return
+	}
+	d.a.chunkWritten(d.n)
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
@@ -272,26 +383,53 @@ func (c *countingConn) Close() error {
 	return err
 }
 
-// releaseWhenSent gives back a's share once the connection has written
-// up to a.sent; at once if it has.
-func (c *countingConn) releaseWhenSent(a *readAllowance) {
+// whenWritten gives back d once the connection has written up to d.sent;
+// at once if it has.
+func (c *countingConn) whenWritten(d dueBack) {
 	c.mu.Lock()
-	if c.closed || c.written.Load() >= a.sent {
+	if c.closed || c.written.Load() >= d.sent {
 		c.mu.Unlock()
-		a.release()
+		d.give()
 		return
 	}
-	i, _ := slices.BinarySearchFunc(c.waiting, a.sent, func(w *readAllowance, sent int64) int {
+	i, _ := slices.BinarySearchFunc(c.waiting, d.sent, func(w dueBack, sent int64) int {
 		return int(min(max(w.sent-sent, -1), 1))
 	})
-	c.waiting = slices.Insert(c.waiting, i, a)
+	c.waiting = slices.Insert(c.waiting, i, d)
 	c.nwait.Add(1)
 	c.mu.Unlock()
-	// A write may have passed a.sent before a was listed.
+	// A write may have passed d.sent before d was listed.
 	c.releaseUpTo(c.written.Load())
 }
 
-// releaseUpTo gives back the shares of the answers written by offset w.
+// dropped forgets the bytes of a's messages that the connection will not
+// write: gRPC drops what a failed call still had queued, and the shares
+// due after them would otherwise wait for bytes that never come (for
+// ever, if the connection then goes quiet). Which of the unwritten bytes
+// up to a.sent were a's and which another call's is not known here: all
+// are taken as a's (up to what a queued), so a share due after them may
+// come back that much early.
+func (c *countingConn) dropped(a *readAllowance) {
+	c.mu.Lock()
+	w := c.written.Load()
+	lost := min(a.sent-w, a.bytes)
+	if lost <= 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.queued.Add(-lost)
+	for i := range c.waiting {
+		if c.waiting[i].sent > a.sent {
+			c.waiting[i].sent -= lost
+		} else if c.waiting[i].sent > w {
+			c.waiting[i].sent = w
+		}
+	}
+	c.mu.Unlock()
+	c.releaseUpTo(w)
+}
+
+// releaseUpTo gives back the shares written by offset w.
 func (c *countingConn) releaseUpTo(w int64) {
 	c.mu.Lock()
 	n := 0
@@ -302,8 +440,8 @@ func (c *countingConn) releaseUpTo(w int64) {
 	c.waiting = slices.Delete(c.waiting, 0, n)
 	c.nwait.Add(int32(-n))
 	c.mu.Unlock()
-	for _, a := range done {
-		a.release()
+	for _, d := range done {
+		d.give()
 	}
 }
 

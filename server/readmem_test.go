@@ -76,3 +76,48 @@ func (s *Server) ReadMemoryInUse() float64 {
 	}
 	return testutil.ToFloat64(s.reads.inUse)
 }
+
+// TestReadBudgetChunkByChunk follows a streamed read's share: a chunk's
+// key-values are given back once it is queued, its message once written;
+// a stream that holds nothing between chunks is not the oldest read any
+// more (a younger read goes on past the budget in its place), and comes
+// back as the youngest.
+func TestReadBudgetChunkByChunk(t *testing.T) {
+	b := newReadBudget(1000, prometheus.NewRegistry())
+	ctx := t.Context()
+	stream, other := &readAllowance{b: b}, &readAllowance{b: b}
+	if err := stream.hold(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	stream.chunkQueued(100)
+	if stream.held != 100 || stream.queued != 100 || b.used != 100 {
+		t.Fatalf("a queued chunk of 100: held %d, queued %d, used %d; want its message's 100", stream.held, stream.queued, b.used)
+	}
+	stream.chunkWritten(100)
+	if b.used != 0 || len(b.holding) != 0 {
+		t.Fatalf("a written chunk: used %d, holding %v; want nothing", b.used, b.holding)
+	}
+	if err := other.hold(ctx, 1000); err != nil { // past the budget, the oldest now
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- stream.hold(ctx, 10) }()
+	waitFor(t, "the stream to wait", func() bool { return testutil.ToFloat64(b.waits) == 1 })
+	other.ended() // the unary answer's key-values are garbage: still past the budget
+	if other.held != 1000 {
+		t.Fatalf("an ended answer of 1000 holds %d; want 1000", other.held)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the stream went on (%v) while the older read held past the budget", err)
+	default:
+	}
+	other.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	stream.release()
+	if b.used != 0 || len(b.holding) != 0 {
+		t.Fatalf("after every release: used %d, holding %v", b.used, b.holding)
+	}
+}
