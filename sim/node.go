@@ -299,7 +299,9 @@ func (n *node) finish(d *driver.Driver, wk *core.Work, r driver.Result) {
 	if wk.Kind != core.WorkSweep && wk.Kind != core.WorkCatchUp && wk.Kind != core.WorkRecover {
 		n.w.note("%s %s -> %v %v", n.id(), describeWork(wk), r.Outcome, errText(r.Err))
 	}
-	if r.Err != nil && wk.Kind != core.WorkRecover {
+	// A catch-up may meet history a compaction's sweep is taking (core
+	// cancels its watch as compacted); a recovery was checked already.
+	if r.Err != nil && wk.Kind != core.WorkRecover && wk.Kind != core.WorkCatchUp {
 		n.w.checkWellFormed(n, describeWork(wk), r.Err)
 	}
 	d.Done(wk, r)
