@@ -79,7 +79,12 @@ type Attempt struct {
 // from another instance: it is not sent on (the sender tries again with a
 // fresh view of the leader).
 func (d *Driver) Begin(forwarded bool) *Attempt {
-	return &Attempt{d: d, forwarded: forwarded, deadline: d.cfg.Clock.Now() + d.failoverWait()}
+	a := d.begin(forwarded)
+	return &a
+}
+
+func (d *Driver) begin(forwarded bool) Attempt {
+	return Attempt{d: d, forwarded: forwarded, deadline: d.cfg.Clock.Now() + d.failoverWait()}
 }
 
 // Start is the first move, and the move after a wait for a leader: run
@@ -135,26 +140,44 @@ func (a *Attempt) again(err error, alive bool) Move {
 // caller left while it waited ends with the refusal that made it wait,
 // and does not run again.
 func (d *Driver) Lead(forwarded bool, alive func() bool, run func(addr string, done func(Answer)), done func(error)) {
-	a := d.Begin(forwarded)
-	waiting := func() bool { return alive == nil || alive() }
-	var move func(Move, error)
-	move = func(m Move, refusal error) {
-		switch m.Action {
-		case RunLocal, SendToLeader:
-			run(m.Addr, func(ans Answer) { move(a.Next(ans, waiting()), ans.Err) })
-		case WaitForLeader:
-			d.AwaitLeader(func() {
-				if !waiting() {
-					done(refusal)
-					return
-				}
-				move(a.Start(), nil)
-			})
-		default:
-			done(m.Err)
-		}
+	l := &leadCall{a: d.begin(forwarded), alive: alive, run: run, done: done}
+	l.answered = l.answer // one closure for every answer of the call
+	l.move(l.a.Start())
+}
+
+// leadCall is one call Lead runs, in one allocation: every write takes
+// this path.
+type leadCall struct {
+	a        Attempt
+	alive    func() bool
+	run      func(string, func(Answer))
+	done     func(error)
+	answered func(Answer)
+	refusal  error // the refusal that made the call wait
+}
+
+func (l *leadCall) waiting() bool { return l.alive == nil || l.alive() }
+
+func (l *leadCall) answer(ans Answer) {
+	l.refusal = ans.Err
+	l.move(l.a.Next(ans, l.waiting()))
+}
+
+func (l *leadCall) move(m Move) {
+	switch m.Action {
+	case RunLocal, SendToLeader:
+		l.run(m.Addr, l.answered)
+	case WaitForLeader:
+		l.a.d.AwaitLeader(func() {
+			if !l.waiting() {
+				l.done(l.refusal)
+				return
+			}
+			l.move(l.a.Start())
+		})
+	default:
+		l.done(m.Err)
 	}
-	move(a.Start(), nil)
 }
 
 // LeaderAddr calls done with the address of the leader once one other
