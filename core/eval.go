@@ -107,7 +107,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	// engine that applied a deposed leader's transaction past its
 	// deadline), never to be overwritten; the engine refuses the commit
 	// then, and the revision is fenced and the request dealt again.
-	tx := &txnEval{rd: rd, rev: rev, term: w.Term, fresh: w.fresh, serial: w.Serial, committed: w.Committed, compacted: w.Compacted}
+	tx := &txnEval{rd: rd, rev: rev, term: w.Term, fresh: w.fresh, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, lateCompares: w.lateCompares}
 	if undealt {
 		tx.seen = w.seen
 	}
@@ -314,6 +314,7 @@ type txnEval struct {
 	order                []*entry
 	events               []Event
 	extra                []Write // writes outside the key spaces (lease records)
+	lateCompares         bool    // the planted LateNestedCompares
 }
 
 // get returns the entry of a single key, reading it on first use. A key
@@ -636,16 +637,9 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 // comparePath evaluates the compares of a txn and of every nested txn on
 // the branch taken, before any operation runs, as etcd does.
 func (tx *txnEval) comparePath(t *pb.TxnRequest) ([]bool, error) {
-	ok := true
-	for _, c := range t.Compare {
-		good, err := tx.compare(c)
-		if err != nil {
-			return nil, err
-		}
-		if !good {
-			ok = false
-			break
-		}
+	ok, err := tx.compares(t)
+	if err != nil {
+		return nil, err
 	}
 	path := []bool{ok}
 	ops := t.Success
@@ -722,9 +716,31 @@ func cmpInt(a, b int64) int {
 
 // txn runs the branch chosen by path[0]; nested txns consume the rest of
 // path in order.
+// compares reports whether every compare of t holds, as the txn sees
+// the store now.
+func (tx *txnEval) compares(t *pb.TxnRequest) (bool, error) {
+	for _, c := range t.Compare {
+		good, err := tx.compare(c)
+		if err != nil || !good {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// txn runs t's branch that path says (nil: the planted
+// LateNestedCompares, which evaluates t's compares now).
 func (tx *txnEval) txn(t *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, error) {
-	ok := (*path)[0]
-	*path = (*path)[1:]
+	var ok bool
+	if path == nil {
+		var err error
+		if ok, err = tx.compares(t); err != nil {
+			return nil, err
+		}
+	} else {
+		ok = (*path)[0]
+		*path = (*path)[1:]
+	}
 	ops := t.Success
 	if !ok {
 		ops = t.Failure
@@ -737,7 +753,11 @@ func (tx *txnEval) txn(t *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, error) 
 		)
 		if nt := op.GetRequestTxn(); nt != nil {
 			var tr *pb.TxnResponse
-			tr, err = tx.txn(nt, path)
+			if tx.lateCompares {
+				tr, err = tx.txn(nt, nil)
+			} else {
+				tr, err = tx.txn(nt, path)
+			}
 			r = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
 		} else {
 			r, err = tx.request(op)

@@ -46,6 +46,18 @@ type Config struct {
 	// stored a record at (Member sets it for an exclusive member; 0:
 	// none). Its revision records at or above it are written Fresh.
 	FreshFrom int64
+	// Testing plants bugs for the simulator; production leaves it zero.
+	Testing TestingKnobs
+}
+
+// TestingKnobs are bugs of core's the simulator plants to show its
+// checks find them, kept apart so none is taken for a real setting.
+type TestingKnobs struct {
+	// LateNestedCompares: a nested txn's compares are evaluated when the
+	// txn reaches it, after the writes before it in its branch, not
+	// against the store before the txn as etcd evaluates every compare
+	// of the tree.
+	LateNestedCompares bool
 }
 
 func (c Config) withDefaults() Config {

@@ -118,6 +118,8 @@ type Work struct {
 	batch *Work
 	// fresh says no record can exist at Rev (Config.FreshFrom).
 	fresh bool
+	// lateCompares is the planted LateNestedCompares (TestingKnobs).
+	lateCompares bool
 }
 
 // Outcome is what the engine said about a work's commit.

@@ -255,6 +255,65 @@ func modCompare(k string, rev int64) *pb.Compare {
 	return &pb.Compare{Key: []byte(k), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: rev}}
 }
 
+// nestedTxn draws a txn whose branches read and write the same few keys
+// in any order, with txns nested in them (to depth 2) and compares on
+// those keys: etcd evaluates every compare of the tree against the store
+// before the txn, and runs a branch's operations in order, each read
+// seeing the writes before it. A key is written (put or deleted) once in
+// the whole tree, as etcd refuses a txn that writes a key twice on one
+// path.
+func (c *client) nestedTxn(depth int, written map[string]bool) *pb.TxnRequest {
+	w := c.w
+	branch := func() []*pb.RequestOp {
+		var ops []*pb.RequestOp
+		for range 1 + w.rng.IntN(3) {
+			k := c.pickKey()
+			r := w.rng.IntN(6)
+			if (r == 0 || r == 1) && written[k] {
+				r = 2 // written already on some path: read it instead
+			}
+			switch {
+			case r == 0:
+				written[k] = true
+				ops = append(ops, putOp(k, c.value(), 0))
+			case r == 1:
+				written[k] = true
+				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), PrevKv: w.chance(0.5)}}})
+			case r == 2:
+				ops = append(ops, getOp(k))
+			case r == 3:
+				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0"), KeysOnly: w.chance(0.5)}}})
+			case depth < 2:
+				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: c.nestedTxn(depth+1, written)}})
+			default:
+				ops = append(ops, getOp(k))
+			}
+		}
+		return ops
+	}
+	return &pb.TxnRequest{Compare: []*pb.Compare{c.compare()}, Success: branch(), Failure: branch()}
+}
+
+// compare draws a compare on one of the client's keys: its version,
+// create or mod revision against a small number or the revision the
+// client last saw it at, or its value.
+func (c *client) compare() *pb.Compare {
+	w := c.w
+	k := c.pickKey()
+	cmp := &pb.Compare{Key: []byte(k), Result: pb.Compare_CompareResult(w.rng.IntN(4))}
+	switch w.rng.IntN(4) {
+	case 0:
+		cmp.Target, cmp.TargetUnion = pb.Compare_VERSION, &pb.Compare_Version{Version: int64(w.rng.IntN(3))}
+	case 1:
+		cmp.Target, cmp.TargetUnion = pb.Compare_CREATE, &pb.Compare_CreateRevision{CreateRevision: c.modRevs[k]}
+	case 2:
+		cmp.Target, cmp.TargetUnion = pb.Compare_MOD, &pb.Compare_ModRevision{ModRevision: c.modRevs[k]}
+	default:
+		cmp.Target, cmp.TargetUnion = pb.Compare_VALUE, &pb.Compare_Value{Value: c.value()}
+	}
+	return cmp
+}
+
 // next draws the client's next operation.
 func (c *client) next() input {
 	w := c.w
@@ -309,6 +368,9 @@ func (c *client) next() input {
 		}
 		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: d}}}
 	case 4: // multi-key txn with a value compare
+		if w.chance(0.5) {
+			return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: c.nestedTxn(0, map[string]bool{})}}}
+		}
 		a, b := c.pickKey(), c.pickKey()
 		then := []*pb.RequestOp{putOp(a, c.value(), 0)}
 		if b != a {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/storage/memkv"
 )
@@ -27,6 +28,8 @@ type Config struct {
 	// Knobs are Axon's own bugs planted in this run, in the code the
 	// server runs (driver.TestingKnobs; none by default).
 	Knobs driver.TestingKnobs
+	// CoreKnobs are Axon's own bugs planted in core (none by default).
+	CoreKnobs core.TestingKnobs
 	// Trace keeps a readable trace in the Result.
 	Trace bool
 	// Porcupine also runs porcupine's search over the history (slow on

@@ -243,6 +243,22 @@ func TestProgressAtCommittedIsCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.ProgressAtCommitted = false })
 }
 
+// TestLateNestedComparesAreCaught plants a bug in core's txn evaluation:
+// a nested txn's compares see the writes before it in its branch, where
+// etcd evaluates every compare of the tree against the store before the
+// txn. The etcd clients' nested txns, which read and write the same keys
+// in every order, must show it within 40 seeds; the seed must replay bit
+// for bit, and pass without the plant.
+func TestLateNestedComparesAreCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, CoreKnobs: core.TestingKnobs{LateNestedCompares: true}}
+	r, ok := firstFailure(1, 40, cfg)
+	if !ok {
+		t.Fatal("40 seeds evaluating nested compares late all passed: the checks see no nested txn")
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.CoreKnobs.LateNestedCompares = false })
+}
+
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
 // a keepalive of a lease whose expiry is in flight is told "not found" at
 // once, so when that expiry fails for good the lease lives on after a

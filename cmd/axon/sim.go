@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
 	"github.com/axon-kv/axon/sim"
 )
@@ -26,6 +27,7 @@ type simFlags struct {
 	exclusive  bool
 	plants     sim.Plants
 	knobs      driver.TestingKnobs
+	coreKnobs  core.TestingKnobs
 	outDir     string
 }
 
@@ -72,7 +74,7 @@ type plantSwitch struct {
 // and a replay command name them: one list, so that every plant has a
 // flag and every replay command names every plant that was on.
 func (f *simFlags) switches() []plantSwitch {
-	p, k := &f.plants, &f.knobs
+	p, k, c := &f.plants, &f.knobs, &f.coreKnobs
 	return []plantSwitch{
 		{"deal-eagerly", "deal every request a revision before knowing whether it writes", &k.DealEagerly},
 		{"early-lease-gone", "answer a keepalive 'not found' while its lease's expiry is in flight", &k.EarlyLeaseGone},
@@ -81,6 +83,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &k.SkipPrevReads},
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
 		{"progress-at-committed", "progress notifications say the commit point, even for a watch still catching up", &k.ProgressAtCommitted},
+		{"late-nested-compares", "a nested txn's compares see the writes before it in its branch", &c.LateNestedCompares},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
@@ -88,7 +91,7 @@ func (f *simFlags) switches() []plantSwitch {
 }
 
 func (f simFlags) config(seed uint64, trace bool) sim.Config {
-	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Exclusive: f.exclusive, Plants: f.plants, Knobs: f.knobs, Trace: trace}
+	return sim.Config{Seed: seed, Ops: f.ops, BreakDrift: f.breakDrift, Exclusive: f.exclusive, Plants: f.plants, Knobs: f.knobs, CoreKnobs: f.coreKnobs, Trace: trace}
 }
 
 func replayCommand(f simFlags, seed uint64) string {

@@ -33,8 +33,8 @@ func TestReplayCommandNamesEveryPlant(t *testing.T) {
 	if err := fs.Parse([]string{"--ops", "300", "--exclusive"}); err != nil {
 		t.Fatal(err)
 	}
-	if n, want := len(base.switches()), reflect.TypeOf(base.plants).NumField()-1+reflect.TypeOf(base.knobs).NumField(); n != want {
-		t.Fatalf("%d plant switches for the %d switches of sim.Plants and driver.TestingKnobs", n, want)
+	if n, want := len(base.switches()), reflect.TypeOf(base.plants).NumField()-1+reflect.TypeOf(base.knobs).NumField()+reflect.TypeOf(base.coreKnobs).NumField(); n != want {
+		t.Fatalf("%d plant switches for the %d switches of sim.Plants, driver.TestingKnobs and core.TestingKnobs", n, want)
 	}
 	for i, p := range base.switches() {
 		f := base
@@ -43,7 +43,7 @@ func TestReplayCommandNamesEveryPlant(t *testing.T) {
 		if !strings.Contains(line, " --"+p.flag) {
 			t.Errorf("--%s: replay command %q does not name it", p.flag, line)
 		}
-		if got, want := parse(line).config(7, false), f.config(7, false); !reflect.DeepEqual(got.Plants, want.Plants) || got.Knobs != want.Knobs || got.Ops != want.Ops || got.Exclusive != want.Exclusive || got.Seed != want.Seed {
+		if got, want := parse(line).config(7, false), f.config(7, false); !reflect.DeepEqual(got.Plants, want.Plants) || got.Knobs != want.Knobs || got.CoreKnobs != want.CoreKnobs || got.Ops != want.Ops || got.Exclusive != want.Exclusive || got.Seed != want.Seed {
 			t.Errorf("--%s: replay command %q runs %+v, the failing run was %+v", p.flag, line, got, want)
 		}
 	}
