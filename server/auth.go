@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -47,7 +48,12 @@ func (c AuthConfig) withDefaults() AuthConfig {
 // authState is what the server keeps for auth beyond the driver's copy
 // of the store (driver.LookAuth says when checks may use it).
 type authState struct {
-	cfg AuthConfig
+	cfg    AuthConfig
+	tokens *authTokens
+	// peerSecret seals calls to other instances (instance.go);
+	// badProofAt is when a bad proof was last logged.
+	peerSecret peerSecret
+	badProofAt atomic.Int64
 	// dummy is compared against when Authenticate finds no password to
 	// compare with, so a failed attempt costs bcrypt's time either way.
 	dummy     []byte
@@ -89,7 +95,7 @@ func (s *Server) identify(ctx context.Context, st *auth.Store) (auth.Identity, e
 		return auth.Identity{}, nil
 	}
 	if tok, ok := tokenOf(ctx); ok {
-		return s.tokens.resolve(st, tok, forwarded(ctx))
+		return s.auth.tokens.resolve(st, tok, forwarded(ctx))
 	}
 	if p, ok := fromInstance(ctx); ok {
 		if p.User != "" {
@@ -270,5 +276,5 @@ func (s *Server) authenticate(ctx context.Context, name, password string) (strin
 		s.log.Info("authentication failed", "user", name)
 		return "", cmp.Or(err, auth.ErrAuthFailed)
 	}
-	return s.tokens.issue(st, name)
+	return s.auth.tokens.issue(st, name)
 }

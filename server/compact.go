@@ -33,7 +33,7 @@ func (ac AutoCompaction) On() AutoCompaction {
 
 // auto runs auto-compaction until the server closes.
 func (c *compactor) auto(ac AutoCompaction) {
-	defer c.s.work.Done()
+	defer c.s.bg.work.Done()
 	every := 5 * time.Minute
 	if ac.Mode == "periodic" {
 		every = max(ac.Retention/10, time.Second)

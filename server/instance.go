@@ -156,7 +156,7 @@ func readOrCreate(ctx context.Context, eng storage.Engine, key []byte) ([]byte, 
 // prove returns ctx with the proof of an outgoing call to another
 // instance, vouching for the user forwardContext named.
 func (s *Server) prove(ctx context.Context) (context.Context, error) {
-	secret, err := s.peerSecret.get(ctx, s.eng)
+	secret, err := s.auth.peerSecret.get(ctx, s.eng)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnsent, err)
 	}
@@ -192,7 +192,7 @@ func (s *Server) proveStream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 func (s *Server) admit(ctx context.Context, l listener, method string) (context.Context, error) {
 	if v := metadata.ValueFromIncomingContext(ctx, peerProofKey); len(v) > 0 {
 		if !s.cfg.Exclusive {
-			secret, err := s.peerSecret.get(ctx, s.eng)
+			secret, err := s.auth.peerSecret.get(ctx, s.eng)
 			if err != nil {
 				// The engine could not be read: the call does not run.
 				return nil, status.Error(codes.Unavailable, "axon: reading the instances' shared secret: "+err.Error())
@@ -201,9 +201,9 @@ func (s *Server) admit(ctx context.Context, l listener, method string) (context.
 				return context.WithValue(ctx, instanceCallKey{}, p), nil
 			}
 		}
-		if now := time.Now().UnixNano(); now-s.badProofAt.Load() > int64(time.Minute) {
+		if now := time.Now().UnixNano(); now-s.auth.badProofAt.Load() > int64(time.Minute) {
 			// At most once a minute: anyone can send a bad proof.
-			s.badProofAt.Store(now)
+			s.auth.badProofAt.Store(now)
 			s.log.Warn("a call's instance proof does not hold; taken as a client's", "method", method)
 		}
 	}

@@ -129,7 +129,7 @@ func (s *Server) rangeChecked(ctx context.Context, r *pb.RangeRequest, check aut
 		return nil, err
 	}
 	defer txn.Rollback()
-	return core.RangeCounted(rd, r, c, compacted, &s.counts, memoryFor(ctx))
+	return core.RangeCounted(rd, r, c, compacted, &s.rpc.counts, memoryFor(ctx))
 }
 
 // rangeSnapshot validates r, takes the snapshot it is read from (see

@@ -16,7 +16,7 @@ import (
 // tick moves the member's clock on its own until the server closes:
 // renewals, campaigns and lease expiry happen without requests.
 func (s *Server) tick(every time.Duration) {
-	defer s.work.Done()
+	defer s.bg.work.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

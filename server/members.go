@@ -42,7 +42,7 @@ func (p presence) addr() string { return peerAddr(p.PeerURLs, p.ClientURLs) }
 // announce writes this instance's presence every renewal until the
 // server closes, then removes it.
 func (s *Server) announce() {
-	defer s.work.Done()
+	defer s.bg.work.Done()
 	every := s.mcfg.RenewEvery
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -177,7 +177,7 @@ func (s *Server) serverOptions(l listener) []grpc.ServerOption {
 		streams = math.MaxUint32
 	}
 	opts := []grpc.ServerOption{
-		grpc.Creds(terminatedTLS{count: s.reads != nil}),
+		grpc.Creds(terminatedTLS{count: s.rpc.reads != nil}),
 		grpc.MaxConcurrentStreams(streams),
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors(gateUnary)...),
@@ -188,8 +188,8 @@ func (s *Server) serverOptions(l listener) []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + 512*1024),
 		grpc.ReadBufferSize(readBufferSize),
 	}
-	if s.reads != nil {
-		opts = append(opts, grpc.StatsHandler(readStats{s.reads}))
+	if s.rpc.reads != nil {
+		opts = append(opts, grpc.StatsHandler(readStats{s.rpc.reads}))
 	}
 	return opts
 }
@@ -223,8 +223,8 @@ func gauge(b bool) float64 {
 // the gate), and admission.
 func (s *Server) unaryInterceptors(gate grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
 	in := []grpc.UnaryServerInterceptor{gate, s.metrics.grpc.UnaryServerInterceptor(), s.metrics.etcd.unary}
-	if s.slow != nil {
-		in = append(in, s.slow.unary)
+	if s.rpc.slow != nil {
+		in = append(in, s.rpc.slow.unary)
 	}
-	return append(in, s.admission.unary)
+	return append(in, s.rpc.admission.unary)
 }

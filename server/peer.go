@@ -141,7 +141,7 @@ func (p *peers) nudge(addr string) {
 // that user's.
 func (s *Server) forwardContext(ctx context.Context) context.Context {
 	if tok, ok := tokenOf(ctx); ok {
-		return metadata.AppendToOutgoingContext(ctx, "token", s.tokens.forward(tok, func() (*auth.Store, error) { return s.authView(ctx, nil, false) }))
+		return metadata.AppendToOutgoingContext(ctx, "token", s.auth.tokens.forward(tok, func() (*auth.Store, error) { return s.authView(ctx, nil, false) }))
 	}
 	if user := s.certVouch(ctx); user != "" {
 		return context.WithValue(ctx, vouchKey{}, user)
@@ -239,9 +239,9 @@ func (t peerTransport) ReadIndex(addr string, done func(int64, error)) {
 		done(0, fmt.Errorf("%w: %v", core.ErrNotLeader, err))
 		return
 	}
-	s.work.Add(1)
+	s.bg.work.Add(1)
 	go func() {
-		defer s.work.Done()
+		defer s.bg.work.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, s.drv.FailoverWait())
 		defer cancel()
 		h := &pb.ResponseHeader{}

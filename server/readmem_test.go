@@ -71,10 +71,10 @@ func TestReadBudgetLetsTheOldestReadOn(t *testing.T) {
 // ReadMemoryInUse is what the answers of reads in flight hold, as the
 // read budget counts it (0 without one).
 func (s *Server) ReadMemoryInUse() float64 {
-	if s.reads == nil {
+	if s.rpc.reads == nil {
 		return 0
 	}
-	return testutil.ToFloat64(s.reads.inUse)
+	return testutil.ToFloat64(s.rpc.reads.inUse)
 }
 
 // TestReadBudgetChunkByChunk follows a streamed read's share: a chunk's

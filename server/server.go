@@ -10,7 +10,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/axon-kv/axon/core"
@@ -173,30 +172,35 @@ type Server struct {
 	// the listeners are bound.
 	urlsMu sync.Mutex
 
-	metrics   *metrics
-	admission *admission
-	slow      *slowTracer // nil: no slow-request traces
-	reads     *readBudget
-	jobs      chan func() // work items for idle exec workers
-	compact   *compactor
-	space     *space
-	peers     *peers
-	counts    counter
-	auth      authState
-	tokens    *authTokens
-	// peerSecret seals calls to other instances (instance.go);
-	// badProofAt is when a bad proof was last logged.
-	peerSecret peerSecret
-	badProofAt atomic.Int64
-
-	// led wakes awaitLeading (one signal kept, none blocks): the member
-	// became leader, or its election work ended.
-	led chan struct{}
+	metrics *metrics
+	rpc     rpcGuards // what a client's call goes through
+	auth    authState // tokens, peer proofs, the auth flags
+	peers   *peers
+	compact *compactor
+	space   *space
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     background
+}
+
+// rpcGuards are what a client's call goes through besides the driver.
+type rpcGuards struct {
+	admission *admission
+	slow      *slowTracer // nil: no slow-request traces
+	reads     *readBudget
+	counts    counter
+}
+
+// background is what the server runs beside the calls: work items,
+// timers, and the wake of awaitLeading; Close waits for all of it.
+type background struct {
 	work   sync.WaitGroup
 	timers *timers
+	jobs   chan func() // work items for idle exec workers
+	// led wakes awaitLeading (one signal kept, none blocks): the member
+	// became leader, or its election work ended.
+	led chan struct{}
 }
 
 // New returns a server over eng. An Exclusive server has recovered and
@@ -229,12 +233,12 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, eng: eng, log: cfg.Logger, id: cfg.Name + "." + hex.EncodeToString(nonce),
-		led: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel,
 	}
-	s.timers = newTimers(&s.work)
+	s.bg.led = make(chan struct{}, 1)
+	s.bg.timers = newTimers(&s.bg.work)
 	s.auth.cfg = cfg.Auth.withDefaults()
-	s.tokens = newAuthTokens(s.auth.cfg)
+	s.auth.tokens = newAuthTokens(s.auth.cfg)
 	if t := cfg.Auth.Token; t != nil && len(t.unknown) > 0 {
 		s.log.Warn("unknown JWT options", "keys", t.unknown)
 	}
@@ -257,31 +261,31 @@ func New(cfg Config, eng storage.Engine) (*Server, error) {
 			HandedOff:   func(rec *core.ElectionRecord) { go s.peers.nudge(rec.Addr) },
 		}})
 	s.metrics = newMetrics(s)
-	s.admission = newAdmission(cfg.MaxInflight)
+	s.rpc.admission = newAdmission(cfg.MaxInflight)
 	if cfg.SlowTraceDir != "" {
 		var err error
-		if s.slow, err = newSlowTracer(cfg.SlowTraceDir, cmp.Or(cfg.SlowTraceAfter, slowApplyAfter), cfg.Logger); err != nil {
+		if s.rpc.slow, err = newSlowTracer(cfg.SlowTraceDir, cmp.Or(cfg.SlowTraceAfter, slowApplyAfter), cfg.Logger); err != nil {
 			cancel()
 			return nil, err
 		}
 	}
-	s.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
+	s.rpc.reads = newReadBudget(cfg.ReadMemory, s.metrics.reg)
 	s.compact = &compactor{s: s}
 	s.space = &space{q: cfg.Quota}
 	if sz, ok := eng.(storage.Sizer); ok {
 		s.space.size = sz.Size
 	}
 	s.peers = newPeers(s)
-	s.jobs = make(chan func())
-	s.work.Add(execWorkers)
+	s.bg.jobs = make(chan func())
+	s.bg.work.Add(execWorkers)
 	for range execWorkers {
 		go s.execWorker()
 	}
-	s.work.Add(2)
+	s.bg.work.Add(2)
 	go s.tick(cfg.TickInterval)
 	go s.announce()
 	if cfg.AutoCompaction.Mode != "" {
-		s.work.Add(1)
+		s.bg.work.Add(1)
 		go s.compact.auto(cfg.AutoCompaction)
 	}
 	if cfg.Exclusive {
@@ -309,7 +313,7 @@ func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
 	defer t.Stop()
 	for !s.drv.Leading() {
 		select {
-		case <-s.led:
+		case <-s.bg.led:
 		case <-t.C:
 			return fmt.Errorf("server: not leading after %v: %s", limit, s.drv.Status().Describe)
 		case <-ctx.Done():
@@ -322,21 +326,21 @@ func (s *Server) awaitLeading(ctx context.Context, limit time.Duration) error {
 // wakeLeading wakes awaitLeading, if it waits.
 func (s *Server) wakeLeading() {
 	select {
-	case s.led <- struct{}{}:
+	case s.bg.led <- struct{}{}:
 	default: // a wake is pending already
 	}
 }
 
 // Close stops running work and waits for it. Timers are stopped after
-// s.ctx is canceled and before the wait: none is counted in s.work once
+// s.ctx is canceled and before the wait: none is counted in s.bg.work once
 // the wait has begun, and none fires after Close returns.
 func (s *Server) Close() {
 	s.cancel()
 	s.peers.close()
-	s.timers.stop()
-	s.work.Wait()
-	if s.slow != nil {
-		s.slow.stop()
+	s.bg.timers.stop()
+	s.bg.work.Wait()
+	if s.rpc.slow != nil {
+		s.rpc.slow.stop()
 	}
 }
 
@@ -348,7 +352,7 @@ type wallClock struct{ s *Server }
 func (wallClock) Now() time.Duration { return time.Duration(time.Now().UnixNano()) }
 
 // AfterFunc runs f after d unless the server closes first.
-func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.timers.after(d, f) }
+func (c wallClock) AfterFunc(d time.Duration, f func()) { c.s.bg.timers.after(d, f) }
 
 // roleChanged acts on a change of leadership (the driver ends the watch
 // streams of a lost lead); called with the driver's lock held.
@@ -378,9 +382,9 @@ type executor struct{ s *Server }
 
 func (e executor) Exec(d *driver.Driver, w *core.Work) {
 	s := e.s
-	s.work.Add(1)
+	s.bg.work.Add(1)
 	job := func() {
-		defer s.work.Done()
+		defer s.bg.work.Done()
 		r := s.run(w)
 		d.Done(w, r)
 		if w.Kind == core.WorkElect && r.Err == nil {
@@ -390,7 +394,7 @@ func (e executor) Exec(d *driver.Driver, w *core.Work) {
 		}
 	}
 	select {
-	case s.jobs <- job: // an idle worker takes it
+	case s.bg.jobs <- job: // an idle worker takes it
 	default:
 		go job()
 	}
@@ -404,10 +408,10 @@ const execWorkers = 256
 
 // execWorker runs work items until the server closes.
 func (s *Server) execWorker() {
-	defer s.work.Done()
+	defer s.bg.work.Done()
 	for {
 		select {
-		case job := <-s.jobs:
+		case job := <-s.bg.jobs:
 			job()
 		case <-s.ctx.Done():
 			return
@@ -467,9 +471,9 @@ func (s *Server) SetClientURLs(urls []string) {
 // announceNow writes this instance's presence now rather than at the
 // next renewal.
 func (s *Server) announceNow() {
-	s.work.Add(1)
+	s.bg.work.Add(1)
 	go func() {
-		defer s.work.Done()
+		defer s.bg.work.Done()
 		_ = s.writePresence(s.ctx, false)
 	}()
 }

@@ -38,15 +38,15 @@ func TestPendingTimersCostNoGoroutines(t *testing.T) {
 	if grew := runtime.NumGoroutine() - before; grew > 100 {
 		t.Errorf("%d pending timers added %d goroutines", n, grew)
 	}
-	if got := s.timers.len(); got != n {
+	if got := s.bg.timers.len(); got != n {
 		t.Errorf("pending timers = %d, want %d", got, n)
 	}
 	s.Close()
-	if got := s.timers.len(); got != 0 {
+	if got := s.bg.timers.len(); got != 0 {
 		t.Errorf("after Close, pending timers = %d, want 0", got)
 	}
 	wallClock{s}.AfterFunc(0, func() { ran.Add(1) })
-	if got := s.timers.len(); got != 0 {
+	if got := s.bg.timers.len(); got != 0 {
 		t.Errorf("a timer set after Close is pending (%d)", got)
 	}
 	if got := ran.Load(); got != 0 {
@@ -69,7 +69,7 @@ func TestTimerFiresAndCallsTheDriver(t *testing.T) {
 		t.Fatal("the timer did not fire")
 	}
 	s.Close()
-	if got := s.timers.len(); got != 0 {
+	if got := s.bg.timers.len(); got != 0 {
 		t.Errorf("pending timers = %d, want 0", got)
 	}
 }
