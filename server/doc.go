@@ -19,7 +19,7 @@
 // calls that must run on the leader are forwarded to it (forward, lead:
 // driver.Lead), Watch and LeaseKeepAlive streams are relayed to it
 // (proxy.go), and reads run locally at a read index the leader gives
-// (readSnapshot). A leader reads at its own commit point. Members announce
+// (readSnapshot, driver.BeginRead). A leader reads at its own commit point. Members announce
 // themselves in the engine (members.go); MoveLeader and Handoff hand the
 // lead over.
 //

@@ -145,15 +145,15 @@ func (s *Server) rangeSnapshot(ctx context.Context, r *pb.RangeRequest, check au
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	txn, c, compacted = snap.txn, snap.rev, snap.compacted
+	txn, c, compacted = snap.Txn, snap.Rev, snap.Compacted
 	la := core.RangeLookahead(r, c)
-	if !snap.led && check != nil {
+	if !snap.Led && check != nil {
 		// A follower checks against the auth store in the read's own
 		// snapshot: its counter is read with the range's first reads.
 		la.Gets = append(la.Gets, core.MetaKey(auth.MetaAuthSeq))
 	}
 	if rd, err = driver.Reader(txn, la); err == nil && check != nil {
-		err = s.drv.Authorize(snap.auth, rd, s.checker(ctx, check))
+		err = s.drv.Authorize(snap.Auth, rd, s.checker(ctx, check))
 	}
 	if err != nil {
 		txn.Rollback()

@@ -306,49 +306,24 @@ func headerRev[T interface{ GetHeader() *pb.ResponseHeader }](out T, err error) 
 // revision from the engine.
 func (s *Server) snapshot(ctx context.Context, serializable bool) (storage.Txn, int64, int64, error) {
 	r, err := s.readSnapshot(ctx, serializable)
-	return r.txn, r.rev, r.compacted, err
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return r.Txn, r.Rev, r.Compacted, nil
 }
 
-// readSnap is a read's engine snapshot (see snapshot).
-type readSnap struct {
-	txn            storage.Txn
-	rev, compacted int64
-	led            bool // this instance led when it took the snapshot
-	// auth is what its auth check knew before the snapshot began
-	// (driver.LookAuth).
-	auth driver.AuthLook
-}
-
-// readSnapshot is snapshot, with whether this instance led and the
-// look at the auth store its check needs.
-func (s *Server) readSnapshot(ctx context.Context, serializable bool) (readSnap, error) {
-	var r readSnap
-	r.rev, r.compacted, r.led = s.drv.ReadPoint()
-	if !r.led {
-		if r.rev = s.drv.FollowerPoint(serializable); r.rev == 0 {
+// readSnapshot is snapshot as the driver begins it (driver.BeginRead),
+// with whether this instance led and the look at the auth store its
+// check needs.
+func (s *Server) readSnapshot(ctx context.Context, serializable bool) (*driver.Read, error) {
+	rev, compacted, led := s.drv.ReadPoint()
+	if !led {
+		if rev = s.drv.FollowerPoint(serializable); rev == 0 {
 			var err error
-			if r.rev, err = s.readIndex(ctx); err != nil {
-				return readSnap{}, err
+			if rev, err = s.readIndex(ctx); err != nil {
+				return nil, err
 			}
 		}
 	}
-	bctx := ctx
-	if r.led {
-		// Every revision up to c committed through this engine before c
-		// got there.
-		bctx = storage.WithLeaderSnapshot(ctx)
-	}
-	r.auth = s.drv.LookAuth(r.led)
-	txn, err := s.eng.Begin(bctx)
-	if err != nil {
-		return readSnap{}, err
-	}
-	if !r.led {
-		if r.compacted, err = core.ReadCompacted(storage.NewReader(txn)); err != nil {
-			txn.Rollback()
-			return readSnap{}, err
-		}
-	}
-	r.txn = txn
-	return r, nil
+	return s.drv.BeginRead(ctx, s.eng, rev, compacted, led)
 }

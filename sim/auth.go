@@ -242,7 +242,7 @@ func writesAuth(keys [][]byte) bool {
 // authorizeRead checks a range against the store in the read's own
 // snapshot rd (looked at with look before it began), through the driver
 // as the server's range does.
-func (n *node) authorizeRead(c *call, look driver.AuthLook, rd storage.Reader) error {
+func (n *node) authorizeRead(c *call, look driver.AuthLook, rd core.Reader) error {
 	if !n.w.plan.Auth {
 		return nil
 	}

@@ -54,8 +54,9 @@
 // (driver.Lead), the watch stream from creation to the responses that go
 // out (driver.WatchStream: outbox, previous values' read, fragments,
 // progress, slow-watcher cut-off), the execution of work items
-// (driver.StartWork, Job.Commit), the auth checks (driver.AuthorizeLeader,
-// driver.Authorize) and keepalives (driver.KeepAlive) are the server's own;
+// (driver.StartWork, Job.Commit), a read's snapshot (driver.BeginRead),
+// the auth checks (driver.AuthorizeLeader, driver.Authorize) and
+// keepalives (driver.KeepAlive) are the server's own;
 // what stays here is the world around them: the network (net.go, with the
 // follower's relay of a watch to the leader), the nodes' clocks and
 // crashes (node.go), the engine's latency and faults, and the clients,

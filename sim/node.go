@@ -11,7 +11,6 @@ import (
 
 	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/driver"
-	"github.com/axon-kv/axon/storage"
 	"github.com/axon-kv/axon/storage/memkv"
 )
 
@@ -527,28 +526,26 @@ func (n *node) followerRead(c *call, rev int64, done func(answer, error)) {
 // leader that must load the auth store, the rest may stall (authStall).
 func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 	led := compacted >= 0
-	look := n.drv.LookAuth(led)
-	txn, err := n.w.eng.Begin(context.Background())
+	// As the server's range: the driver looks at the auth store, then
+	// begins the snapshot (and reads a follower's compact revision).
+	r, err := n.drv.BeginRead(context.Background(), n.w.eng, rev, compacted, led)
 	if err != nil {
+		n.w.checkWellFormed(n, "range", err)
 		n.on(n.latency(), "read failed", func() { done(answer{}, err) })
 		return
 	}
 	serve := func() {
-		rd := storage.NewReader(txn)
-		err := n.authorizeRead(c, look, rd)
-		if err == nil && compacted < 0 {
-			compacted, err = core.ReadCompacted(rd)
-		}
 		var resp *pb.RangeResponse
+		ahead, err := driver.Reader(r.Txn, core.RangeLookahead(c.in.rng, rev))
 		if err == nil {
-			var ahead core.Reader
-			if ahead, err = driver.Reader(txn, core.RangeLookahead(c.in.rng, rev)); err == nil {
-				resp, err = core.Range(ahead, c.in.rng, rev, compacted)
-			}
+			err = n.authorizeRead(c, r.Auth, ahead)
 		}
-		txn.Rollback()
+		if err == nil {
+			resp, err = core.Range(ahead, c.in.rng, rev, r.Compacted)
+		}
+		r.Txn.Rollback()
 		n.w.checkWellFormed(n, "range", err)
-		d := txn.(*memkv.Txn).Delay()
+		d := r.Txn.(*memkv.Txn).Delay()
 		n.on(d, "read", func() {
 			var op *pb.ResponseOp
 			if resp != nil {
@@ -557,7 +554,7 @@ func (n *node) read(c *call, rev, compacted int64, done func(answer, error)) {
 			done(answer{resp: op, rev: rev}, err)
 		})
 	}
-	if stall := n.authStall(look, led); stall > 0 {
+	if stall := n.authStall(r.Auth, led); stall > 0 {
 		n.on(stall, "slow auth read", serve)
 		return
 	}
