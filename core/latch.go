@@ -93,10 +93,12 @@ type latches struct {
 	ranged []*latch
 	// live holds every latch not yet released (a revoke waits for all).
 	live map[*latch]struct{}
+	// missRangeStart is the planted LatchMissesRangeStart.
+	missRangeStart bool
 }
 
-func newLatches() latches {
-	return latches{byKey: map[string][]*latch{}, live: map[*latch]struct{}{}}
+func newLatches(missRangeStart bool) latches {
+	return latches{byKey: map[string][]*latch{}, live: map[*latch]struct{}{}, missRangeStart: missRangeStart}
 }
 
 // acquire enters a latch for w's keys (all: every key) and reports whether
@@ -139,7 +141,7 @@ func (ls *latches) acquire(w *Work, all bool) bool {
 		}
 		for _, s := range l.spans {
 			for k, es := range ls.byKey {
-				if s.contains([]byte(k)) {
+				if s.contains([]byte(k)) && !(ls.missRangeStart && k == string(s.key)) {
 					for _, e := range es {
 						wait(e)
 					}

@@ -58,6 +58,11 @@ type TestingKnobs struct {
 	// against the store before the txn as etcd evaluates every compare
 	// of the tree.
 	LateNestedCompares bool
+	// LatchMissesRangeStart: a range's latch does not wait for a single
+	// key's latch on the range's first key, so a put of that key and a
+	// range over it, dealt one after the other, may evaluate on
+	// snapshots that miss each other.
+	LatchMissesRangeStart bool
 }
 
 func (c Config) withDefaults() Config {
@@ -154,7 +159,7 @@ func NewNode(cfg Config, st State) *Node {
 		ring:      NewRing(cfg.RingSize, st.Committed+1),
 		watch:     newWatchers(st.Compacted),
 		leases:    newLeases(st.Leases),
-		latches:   newLatches(),
+		latches:   newLatches(cfg.Testing.LatchMissesRangeStart),
 		alarmed:   st.Alarmed,
 	}
 	if st.NoSpace && len(n.alarmed) == 0 {

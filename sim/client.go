@@ -255,6 +255,31 @@ func modCompare(k string, rev int64) *pb.Compare {
 	return &pb.Compare{Key: []byte(k), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: rev}}
 }
 
+// etcdRanges are the ranges the etcd clients read and delete, shaped
+// against their keys (/e/a, /e/b, /e/c, /e/hot) and one another so that
+// latches meet in every shape: a range over a point, a point at a range's
+// first key and one at its (excluded) end, two ranges that overlap from
+// either side, one inside another. None is a single key, nor reaches
+// past /e/'s prefix (sim/auth.go: one permission covers a request or none
+// does).
+var etcdRanges = [][2]string{
+	{"/e/", "/e0"},
+	{"/e/a", "/e/c"},
+	{"/e/b", "/e0"},
+	{"/e/", "/e/b"},
+	{"/e/a", "/e/b\x00"},
+	{"/e/b", "/e/hot"},
+}
+
+// etcdRange draws one of etcdRanges, the whole prefix half the time.
+func (c *client) etcdRange() *pb.RangeRequest {
+	r := etcdRanges[0]
+	if c.w.chance(0.5) {
+		r = etcdRanges[c.w.rng.IntN(len(etcdRanges))]
+	}
+	return &pb.RangeRequest{Key: []byte(r[0]), RangeEnd: []byte(r[1])}
+}
+
 // nestedTxn draws a txn whose branches read and write the same few keys
 // in any order, with txns nested in them (to depth 2) and compares on
 // those keys: etcd evaluates every compare of the tree against the store
@@ -282,7 +307,9 @@ func (c *client) nestedTxn(depth int, written map[string]bool) *pb.TxnRequest {
 			case r == 2:
 				ops = append(ops, getOp(k))
 			case r == 3:
-				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0"), KeysOnly: w.chance(0.5)}}})
+				rr := c.etcdRange()
+				rr.KeysOnly = w.chance(0.5)
+				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: rr}})
 			case depth < 2:
 				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: c.nestedTxn(depth+1, written)}})
 			default:
@@ -364,7 +391,8 @@ func (c *client) next() input {
 		k := c.pickKey()
 		d := &pb.DeleteRangeRequest{Key: []byte(k), PrevKv: true}
 		if w.chance(0.3) {
-			d = &pb.DeleteRangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0"), PrevKv: true}
+			r := c.etcdRange()
+			d = &pb.DeleteRangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, PrevKv: true}
 		}
 		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: d}}}
 	case 4: // multi-key txn with a value compare
@@ -380,7 +408,7 @@ func (c *client) next() input {
 		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
 			Compare: []*pb.Compare{cmp}, Success: then, Failure: []*pb.RequestOp{getOp(a), getOp(b)}}}}}
 	case 5:
-		return c.read(&pb.RangeRequest{Key: []byte("/e/"), RangeEnd: []byte("/e0")})
+		return c.read(c.etcdRange())
 	case 6:
 		ttl := int64(2 + w.rng.IntN(4))
 		if w.chance(0.05) {

@@ -259,6 +259,22 @@ func TestLateNestedComparesAreCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.CoreKnobs.LateNestedCompares = false })
 }
 
+// TestLatchMissingRangeStartIsCaught plants a bug in core's latches: a
+// range's latch does not wait for a put's latch on the range's first key.
+// The etcd clients' ranges, shaped against their keys and one another
+// (etcdRanges), must show it within 20 seeds; the prefix range alone,
+// which starts below every key, never could. The seed must replay bit for
+// bit, and pass without the plant.
+func TestLatchMissingRangeStartIsCaught(t *testing.T) {
+	cfg := Config{Ops: 1000, CoreKnobs: core.TestingKnobs{LatchMissesRangeStart: true}}
+	r, ok := firstFailure(1, 20, cfg)
+	if !ok {
+		t.Fatal("20 seeds with range latches that miss their first key all passed")
+	}
+	t.Logf("found at seed %d: %s", r.Seed, r.Line())
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.CoreKnobs.LatchMissesRangeStart = false })
+}
+
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
 // a keepalive of a lease whose expiry is in flight is told "not found" at
 // once, so when that expiry fails for good the lease lives on after a

@@ -84,6 +84,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
 		{"progress-at-committed", "progress notifications say the commit point, even for a watch still catching up", &k.ProgressAtCommitted},
 		{"late-nested-compares", "a nested txn's compares see the writes before it in its branch", &c.LateNestedCompares},
+		{"latch-misses-range-start", "a range's latch does not wait for the latch of a put of its first key", &c.LatchMissesRangeStart},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
