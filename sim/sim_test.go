@@ -236,7 +236,9 @@ func TestProgressAtCommittedIsCaught(t *testing.T) {
 	if !ok {
 		t.Fatal("20 seeds notifying progress at the commit point all passed: the watch check sees nothing")
 	}
-	if !strings.Contains(r.Err.Error(), "ahead of events") {
+	// A client that took the progress as delivered then resumes, or is
+	// canceled for compaction, past events it never got.
+	if msg := r.Err.Error(); !strings.Contains(msg, "ahead of events") && !strings.Contains(msg, "canceled for compaction") {
 		t.Errorf("seed %d failed otherwise than by progress ahead of events: %v", r.Seed, r.Err)
 	}
 	t.Logf("found at seed %d: %s", r.Seed, r.Line())
@@ -278,13 +280,16 @@ func TestLatchMissingRangeStartIsCaught(t *testing.T) {
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
 // a keepalive of a lease whose expiry is in flight is told "not found" at
 // once, so when that expiry fails for good the lease lives on after a
-// client was told it was gone. The swarm must find it within 300 seeds;
-// the seed must replay bit for bit, and pass without the plant.
+// client was told it was gone. The swarm must find it within 600 seeds
+// (it needs an expiry that fails after a keepalive found it in flight:
+// seed 404 is the first since the etcd clients' nested txns and ranges
+// reshuffled the draws); the seed must replay bit for bit, and pass
+// without the plant.
 func TestEarlyLeaseGoneIsCaught(t *testing.T) {
 	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{EarlyLeaseGone: true}}
-	r, ok := firstFailure(1, 300, cfg)
+	r, ok := firstFailure(1, 600, cfg)
 	if !ok {
-		t.Fatal("300 seeds answering keepalives early all passed: the lease checks see nothing")
+		t.Fatal("600 seeds answering keepalives early all passed: the lease checks see nothing")
 	}
 	if !strings.Contains(r.Err.Error(), "before any revoke of it committed") {
 		t.Errorf("seed %d failed otherwise than by a lease said gone early: %v", r.Seed, r.Err)
