@@ -210,71 +210,63 @@ func TestEagerDealingIsCaught(t *testing.T) {
 	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.DealEagerly = false })
 }
 
-// TestRetriedUnknownOutcomeIsCaught plants a bug in the leader-call loop
-// the server runs (driver.Lead): a forwarded call whose answer may hide
-// that it applied (the leader's answer lost, a timeout) is sent again as
-// a refused one is, so a write applies twice. The swarm must find it at
-// once; the seed must replay bit for bit, and pass without the plant.
-func TestRetriedUnknownOutcomeIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{RetryUnknownOutcome: true}}
-	r, ok := firstFailure(1, 20, cfg)
-	if !ok {
-		t.Fatal("20 seeds retrying calls of unknown outcome all passed: the checks see no write applied twice")
+// TestWidenedKnobsAreCaught plants, one at a time, the bugs that the
+// swarm's widenings of this kind reach: each must fail a seed within its
+// bound, with one of the failures it names (any, if none), and that seed
+// must replay bit for bit and pass without the plant.
+func TestWidenedKnobsAreCaught(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(*Config, bool)
+		seeds int
+		want  []string
+	}{{
+		// The leader-call loop the server runs (driver.Lead) sends again
+		// a forwarded call whose answer may hide that it applied (the
+		// leader's answer lost, a timeout), so a write applies twice.
+		name:  "retry-unknown-outcome",
+		plant: func(c *Config, on bool) { c.Knobs.RetryUnknownOutcome = on },
+		seeds: 20,
+	}, {
+		// The watch stream the server runs (WatchStream.NotifyProgress)
+		// tells a progress_notify watch still catching up the commit
+		// point: its client takes events it never got as delivered, and
+		// resumes, or is canceled for compaction, past them.
+		name:  "progress-at-committed",
+		plant: func(c *Config, on bool) { c.Knobs.ProgressAtCommitted = on },
+		seeds: 20,
+		want:  []string{"ahead of events", "canceled for compaction"},
+	}, {
+		// core evaluates a nested txn's compares after the writes before
+		// it in its branch, where etcd evaluates the whole tree's first:
+		// the etcd clients' nested txns, which read and write the same
+		// keys in every order, show it.
+		name:  "late-nested-compares",
+		plant: func(c *Config, on bool) { c.CoreKnobs.LateNestedCompares = on },
+		seeds: 40,
+	}, {
+		// A range's latch does not wait for a put's latch on the range's
+		// first key: the etcd clients' ranges shaped against their keys
+		// and one another (etcdRanges) show it; the prefix range alone,
+		// which starts below every key, never could.
+		name:  "latch-misses-range-start",
+		plant: func(c *Config, on bool) { c.CoreKnobs.LatchMissesRangeStart = on },
+		seeds: 20,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Ops: 1000}
+			tc.plant(&cfg, true)
+			r, ok := firstFailure(1, tc.seeds, cfg)
+			if !ok {
+				t.Fatalf("%d seeds with --%s all passed", tc.seeds, tc.name)
+			}
+			if msg := r.Err.Error(); len(tc.want) > 0 && !slices.ContainsFunc(tc.want, func(w string) bool { return strings.Contains(msg, w) }) {
+				t.Errorf("seed %d failed otherwise than by %q: %v", r.Seed, tc.want, r.Err)
+			}
+			t.Logf("found at seed %d: %s", r.Seed, r.Line())
+			replaysAndPassesClean(t, cfg, r, func(c *Config) { tc.plant(c, false) })
+		})
 	}
-	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.RetryUnknownOutcome = false })
-}
-
-// TestProgressAtCommittedIsCaught plants a bug in the watch stream the
-// server runs (driver.WatchStream.NotifyProgress): a progress_notify
-// watch still catching up is told the commit point, so its client takes
-// events it never got as delivered. The watch check must find it within
-// 20 seeds; the seed must replay bit for bit, and pass without the plant.
-func TestProgressAtCommittedIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{ProgressAtCommitted: true}}
-	r, ok := firstFailure(1, 20, cfg)
-	if !ok {
-		t.Fatal("20 seeds notifying progress at the commit point all passed: the watch check sees nothing")
-	}
-	// A client that took the progress as delivered then resumes, or is
-	// canceled for compaction, past events it never got.
-	if msg := r.Err.Error(); !strings.Contains(msg, "ahead of events") && !strings.Contains(msg, "canceled for compaction") {
-		t.Errorf("seed %d failed otherwise than by progress ahead of events: %v", r.Seed, r.Err)
-	}
-	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.ProgressAtCommitted = false })
-}
-
-// TestLateNestedComparesAreCaught plants a bug in core's txn evaluation:
-// a nested txn's compares see the writes before it in its branch, where
-// etcd evaluates every compare of the tree against the store before the
-// txn. The etcd clients' nested txns, which read and write the same keys
-// in every order, must show it within 40 seeds; the seed must replay bit
-// for bit, and pass without the plant.
-func TestLateNestedComparesAreCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, CoreKnobs: core.TestingKnobs{LateNestedCompares: true}}
-	r, ok := firstFailure(1, 40, cfg)
-	if !ok {
-		t.Fatal("40 seeds evaluating nested compares late all passed: the checks see no nested txn")
-	}
-	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.CoreKnobs.LateNestedCompares = false })
-}
-
-// TestLatchMissingRangeStartIsCaught plants a bug in core's latches: a
-// range's latch does not wait for a put's latch on the range's first key.
-// The etcd clients' ranges, shaped against their keys and one another
-// (etcdRanges), must show it within 20 seeds; the prefix range alone,
-// which starts below every key, never could. The seed must replay bit for
-// bit, and pass without the plant.
-func TestLatchMissingRangeStartIsCaught(t *testing.T) {
-	cfg := Config{Ops: 1000, CoreKnobs: core.TestingKnobs{LatchMissesRangeStart: true}}
-	r, ok := firstFailure(1, 20, cfg)
-	if !ok {
-		t.Fatal("20 seeds with range latches that miss their first key all passed")
-	}
-	t.Logf("found at seed %d: %s", r.Seed, r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.CoreKnobs.LatchMissesRangeStart = false })
 }
 
 // TestEarlyLeaseGoneIsCaught plants the bug behind a lease that came back:
