@@ -78,6 +78,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkSerializable(evs); err != nil {
 		return err
 	}
+	if err := w.checkMonotonicReads(); err != nil {
+		return err
+	}
 	return w.checkLinearizable(res)
 }
 
@@ -139,6 +142,39 @@ func (w *World) checkSerializable(evs []core.Event) error {
 		}
 		if err := linearizability.CheckSnapshotRead(committed, cl.in.rng, cl.resp.GetResponseRange()); err != nil {
 			return fmt.Errorf("c%d op%d: %w", cl.client.idx, cl.id, err)
+		}
+	}
+	return nil
+}
+
+// checkMonotonicReads holds each node incarnation's serializable reads
+// to etcd's: a member never answers one at a revision below one it had
+// already answered when it took the call, whether it led then or follows
+// now (its revision only grows). Reads it served at once may come in
+// any order. It reads the history only: who served each read, from when
+// to when, and the header revision answered.
+func (w *World) checkMonotonicReads() error {
+	type read struct {
+		from, to time.Duration
+		rev      int64
+		id       int
+	}
+	by := map[string][]read{}
+	for _, cl := range w.hist.calls {
+		if cl.in.kind != opRange || !cl.in.rng.Serializable || cl.status != answered || cl.err != nil || cl.readBy == "" || cl.readTo == 0 {
+			continue
+		}
+		by[cl.readBy] = append(by[cl.readBy], read{from: cl.readFrom, to: cl.readTo, rev: cl.rev, id: cl.id})
+	}
+	for _, node := range slices.Sorted(maps.Keys(by)) {
+		rs := by[node]
+		slices.SortStableFunc(rs, func(a, b read) int { return cmp.Compare(a.to, b.to) })
+		for i, b := range rs {
+			for _, a := range rs[:i] {
+				if a.to < b.from && b.rev < a.rev {
+					return fmt.Errorf("%s answered serializable op%d at r%d after it had answered op%d at r%d: its reads went back", node, b.id, b.rev, a.id, a.rev)
+				}
+			}
 		}
 	}
 	return nil

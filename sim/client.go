@@ -67,6 +67,11 @@ type call struct {
 	released   time.Duration // when a leader released its answer
 	viaLeader  bool          // it entered the cluster at the leader
 	user       string        // who it runs as, in a world with auth on
+	// readBy, readFrom and readTo: for a range, the node incarnation
+	// that served it, when it started to (before it chose its revision)
+	// and when it answered.
+	readBy           string
+	readFrom, readTo time.Duration
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).

@@ -491,6 +491,12 @@ func (n *node) checkCompacted(nd *core.Node) {
 // rangeRead serves a range at this node's read point if it serves reads,
 // else at a read index from the leader.
 func (n *node) rangeRead(c *call, done func(answer, error)) {
+	c.readBy, c.readFrom = n.id(), n.w.now
+	served := done
+	done = func(a answer, err error) {
+		c.readTo = n.w.now
+		served(a, err)
+	}
 	if rev, compacted, ok := n.readPoint(); ok {
 		n.read(c, rev, compacted, done)
 		return
