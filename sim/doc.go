@@ -34,7 +34,7 @@
 // applied compare-and-swap on one key swapped the revision it compared (no
 // lost update, counters count every increment), a linearizable history
 // (linearizability) with every serializable read the store as of its
-// revision, etcd's guarantees on every watch stream, every permission
+// revision and no node's serializable reads going back in time, etcd's guarantees on every watch stream, every permission
 // decision fits an auth store between the newest change known before the
 // request started (acknowledged, or applied although its commit failed,
 // once its leader heard the commit's answer) and the newest committed
