@@ -123,6 +123,13 @@ type TestingKnobs struct {
 	// says the commit point even for a watch still catching up, not the
 	// revision it is synced to, so its client skips events it never got.
 	ProgressAtCommitted bool
+	// StaleSnapshots: one in staleEvery of the driver's engine
+	// transactions (work, reads, previous values' reads) begins a few
+	// commits behind the latest (storage.WithStaleSnapshot), as one
+	// handed a stale start timestamp by the PD client did before
+	// storage/tikv's tsoGuard: reads answer old data, and a leader's key
+	// cache holds records its snapshot lacks.
+	StaleSnapshots bool
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -149,6 +156,7 @@ type Driver struct {
 	// under the lock.
 	engineDeadline time.Duration
 	catchUpBatch   int
+	begins         atomic.Uint64 // engine begins, for StaleSnapshots
 }
 
 // New returns a driver of cfg.Member.
@@ -335,6 +343,28 @@ func (d *Driver) execIfOwned(w *core.Work) {
 	if owned {
 		d.cfg.Exec.Exec(d, w)
 	}
+}
+
+// The planted StaleSnapshots: one begin in staleEvery is stale, by 1 to
+// maxStaleBy commits. A few commits behind is the subtle case of a stale
+// timestamp (a zero one, the empty store, is the blatant case): the
+// commits a read must not miss are the last few.
+const (
+	staleEvery = 50
+	maxStaleBy = 4
+)
+
+// beginCtx is ctx for an engine begin of the driver's: with the planted
+// StaleSnapshots, now and then a stale one. Which begins are is decided
+// by their count, so the simulator replays it by seed.
+func (d *Driver) beginCtx(ctx context.Context) context.Context {
+	if !d.cfg.Testing.StaleSnapshots {
+		return ctx
+	}
+	if n := d.begins.Add(1); n%staleEvery == 0 {
+		return storage.WithStaleSnapshot(ctx, 1+n/staleEvery%maxStaleBy)
+	}
+	return ctx
 }
 
 // Backoff is how long to wait before attempt n of a work item: 5 ms more

@@ -193,7 +193,7 @@ func (d *Driver) StartWork(ctx context.Context, eng storage.Engine, w *core.Work
 		// return.
 		bctx = storage.WithLeaderSnapshot(ctx)
 	}
-	txn, err := eng.Begin(bctx)
+	txn, err := eng.Begin(d.beginCtx(bctx))
 	j := &Job{w: w, txn: txn}
 	if err != nil {
 		return j.end(Result{Outcome: core.NotApplied, Err: err})

@@ -30,7 +30,7 @@ func (d *Driver) BeginRead(ctx context.Context, eng storage.Engine, rev, compact
 		// rev got there.
 		bctx = storage.WithLeaderSnapshot(ctx)
 	}
-	txn, err := eng.Begin(bctx)
+	txn, err := eng.Begin(d.beginCtx(bctx))
 	if err != nil {
 		return nil, err
 	}

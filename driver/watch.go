@@ -256,7 +256,7 @@ func (ws *WatchStream) readPrev(ctx context.Context, eng storage.Engine) error {
 	if len(wrs) == 0 {
 		return nil
 	}
-	if err := ReadPrev(ctx, eng, wrs...); err != nil {
+	if err := ReadPrev(ws.d.beginCtx(ctx), eng, wrs...); err != nil {
 		return err
 	}
 	i := 0

@@ -62,16 +62,6 @@ type Plants struct {
 	// already hold a record; the checks should then find that record
 	// overwritten.
 	EarlyRestart bool
-	// StaleSnapshots plants a bug in the engine: some of the run's
-	// transactions begin at the snapshot of a few commits ago (memkv's
-	// Fault.StaleBy), missing transactions that committed before they
-	// began, as a transaction handed a stale start timestamp does. Reads
-	// then answer old data, compares are evaluated against it, and a
-	// leader's key cache holds latest records whose history records its
-	// snapshot lacks; the checks should then find stale reads, or the
-	// malformed record a write meets (checkWellFormed). The checkers'
-	// own reads of the engine after the run are spared.
-	StaleSnapshots bool
 }
 
 func (c Config) withDefaults() Config {

@@ -244,10 +244,6 @@ func (w *World) injector(inj memkv.Injector) memkv.Injector {
 			f.SkipConflictCheck = true
 			w.faults["skip-conflict-check"]++
 		}
-		if op.Kind == memkv.OpBegin && w.cfg.Plants.StaleSnapshots && f.Kind == memkv.FaultNone && !w.stopped && w.chance(staleSnapshotShare) {
-			f.StaleBy = 1 + w.rng.Uint64N(maxStaleBy)
-			w.fault("stale-snapshot", "a begin %d commits behind", f.StaleBy)
-		}
 		if op.Kind == memkv.OpCommit && w.plan.AuthFaults > 0 && f.Kind == memkv.FaultNone && !w.healed && writesAuth(op.Keys) && w.chance(w.plan.AuthFaults) {
 			f.Kind = []memkv.FaultKind{memkv.FaultUncertainApplied, memkv.FaultUncertainAppliedLater, memkv.FaultUncertainNotApplied}[w.rng.IntN(3)]
 			f.ApplyAfter = w.between(0, w.plan.Engine.MaxApplyAfter)
@@ -258,16 +254,6 @@ func (w *World) injector(inj memkv.Injector) memkv.Injector {
 		return f
 	})
 }
-
-// The planted StaleSnapshots: the share of the run's Begins that take a
-// stale snapshot, and how many commits behind the latest it is at most.
-// A few commits behind is the subtle case of a stale timestamp (a zero
-// one, the empty store, is the blatant case): the commits a read must not
-// miss are the last few.
-const (
-	staleSnapshotShare = 0.02
-	maxStaleBy         = 4
-)
 
 // repeat runs fn at exponential-ish intervals of mean every until healed.
 func (w *World) repeat(every time.Duration, what string, fn func()) {

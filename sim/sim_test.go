@@ -489,15 +489,15 @@ func TestKeptKeysOnUncertainAreCaught(t *testing.T) {
 // it pass without the plant.
 func TestStaleSnapshotsAreCaught(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Ops: 1000, Plants: Plants{StaleSnapshots: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{StaleSnapshots: true}}
 	r, ok := firstFailure(1, 10, cfg)
 	if !ok {
 		t.Fatal("10 seeds beginning transactions at stale snapshots all passed: the checks see no stale read")
 	}
 	t.Logf("found at seed %d in %v: %s", r.Seed, time.Since(start).Round(time.Millisecond), r.Line())
-	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Plants.StaleSnapshots = false })
+	replaysAndPassesClean(t, cfg, r, func(c *Config) { c.Knobs.StaleSnapshots = false })
 	clean := cfg
-	clean.Plants.StaleSnapshots = false
+	clean.Knobs.StaleSnapshots = false
 	for _, f := range runSeeds(1, int(r.Seed)-1, clean) {
 		t.Errorf("seed %d fails without the planted bug: %s", f.Seed, f.Line())
 	}
@@ -513,7 +513,7 @@ func TestStaleSnapshotsAreCaught(t *testing.T) {
 // one that is not the store at its revision). Seeds are run in order
 // until each way has failed one, within 30.
 func TestStaleSnapshotsShowBothWays(t *testing.T) {
-	cfg := Config{Ops: 1000, Plants: Plants{StaleSnapshots: true}}
+	cfg := Config{Ops: 1000, Knobs: driver.TestingKnobs{StaleSnapshots: true}}
 	seen := map[string]uint64{}
 	for seed := uint64(1); seed <= 30 && len(seen) < 2; seed++ {
 		cfg.Seed = seed

@@ -155,6 +155,22 @@ func WithLeaderSnapshot(ctx context.Context) context.Context {
 	return context.WithValue(ctx, leaderSnapshotKey{}, true)
 }
 
+type staleSnapshotKey struct{}
+
+// WithStaleSnapshot asks, for a test, for a transaction that begins at
+// the snapshot of by commits before the latest, as one handed a stale
+// start timestamp does (driver.TestingKnobs.StaleSnapshots). memkv obeys;
+// the other engines ignore it.
+func WithStaleSnapshot(ctx context.Context, by uint64) context.Context {
+	return context.WithValue(ctx, staleSnapshotKey{}, by)
+}
+
+// StaleSnapshot is what WithStaleSnapshot asked of ctx (0: nothing).
+func StaleSnapshot(ctx context.Context) uint64 {
+	v, _ := ctx.Value(staleSnapshotKey{}).(uint64)
+	return v
+}
+
 // LeaderSnapshot reports whether ctx was marked by WithLeaderSnapshot.
 func LeaderSnapshot(ctx context.Context) bool {
 	v, _ := ctx.Value(leaderSnapshotKey{}).(bool)

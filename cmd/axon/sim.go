@@ -87,7 +87,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"latch-misses-range-start", "a range's latch does not wait for the latch of a put of its first key", &c.LatchMissesRangeStart},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
-		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &p.StaleSnapshots},
+		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
 	}
 }
 

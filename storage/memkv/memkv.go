@@ -177,7 +177,8 @@ func (e *Engine) checkRead(t *Txn, op Op) (Fault, error) {
 }
 
 // Begin starts a transaction on the latest committed state, or on an
-// older one if its fault plants a stale snapshot (Fault.StaleBy).
+// older one if its fault or ctx plants a stale snapshot (Fault.StaleBy,
+// storage.WithStaleSnapshot).
 func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memkv: begin: %w: %w", storage.ErrUnavailable, err)
@@ -190,7 +191,7 @@ func (e *Engine) Begin(ctx context.Context) (storage.Txn, error) {
 	}
 	return &Txn{
 		e:      e,
-		snap:   e.ts - min(f.StaleBy, e.ts),
+		snap:   e.ts - min(max(f.StaleBy, storage.StaleSnapshot(ctx)), e.ts),
 		writes: make(map[string]write),
 		locks:  make(map[string]struct{}),
 		delay:  f.Delay,
