@@ -31,9 +31,7 @@ func (n *Node) reportCompact(w *Work, out Outcome) {
 	}
 	if w.Rev > n.compacted {
 		n.compacted = w.Rev
-		n.watch.compactRev = w.Rev
-		n.ring.Compact(w.Rev)
-		n.watch.compacted(n.compacted, &n.ready)
+		n.hub.Compact(w.Rev)
 		n.sweepTo(w.Rev)
 	}
 	n.ready.Responses = append(n.ready.Responses, Response{ID: w.ID, Rev: n.committed})

@@ -43,16 +43,11 @@ func (n *Node) Invariants() error {
 			return fmt.Errorf("answer to req%d waits for r%d (C=%d, next=%d)", r.ID, r.Rev, n.committed, n.next)
 		}
 	}
-	if n.ring.First() > n.committed+1 {
-		return fmt.Errorf("ring claims events from r%d beyond C=%d", n.ring.First(), n.committed)
+	if n.hub.committed != n.committed || n.hub.compacted != n.compacted {
+		return fmt.Errorf("hub at r%d compacted %d, node at C=%d compacted %d", n.hub.committed, n.hub.compacted, n.committed, n.compacted)
 	}
-	var last int64
-	for i := 0; i < n.ring.Len(); i++ {
-		ev := n.ring.at(i)
-		if ev.Rev < last || ev.Rev > n.committed {
-			return fmt.Errorf("ring event r%d after r%d (C=%d)", ev.Rev, last, n.committed)
-		}
-		last = ev.Rev
+	if err := n.hub.Invariants(); err != nil {
+		return err
 	}
 	for rev, s := range n.slots {
 		w := s.work
@@ -62,14 +57,6 @@ func (n *Node) Invariants() error {
 	}
 	if err := n.latches.check(); err != nil {
 		return err
-	}
-	for _, w := range n.watch.list {
-		switch {
-		case w.live && w.catching:
-			return fmt.Errorf("watch%d live while catching up", w.ID)
-		case !w.live && !w.catching && w.next <= n.committed+1:
-			return fmt.Errorf("watch%d synced at next r%d (C=%d) but not live", w.ID, w.next, n.committed)
-		}
 	}
 	for id, l := range n.leases.byID {
 		// Only a grant or revoke in flight ends a wait: a request parked

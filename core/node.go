@@ -124,9 +124,9 @@ type Node struct {
 	answers []Response
 	// leaseSeq numbers the lease IDs the node picks in its term.
 	leaseSeq int64
-	ring     *Ring
-	watch    watchers
-	leases   leases
+	// hub serves the node's watches: the feeds of the members' hubs.
+	hub     *Hub
+	leases  leases
 	ready    Ready
 	latches  latches
 	// draining refuses new writes while leadership is handed over.
@@ -156,8 +156,7 @@ func NewNode(cfg Config, st State) *Node {
 		compacted: st.Compacted,
 		slots:     make(map[int64]*slot),
 		out:       make(map[*Work]struct{}),
-		ring:      NewRing(cfg.RingSize, st.Committed+1),
-		watch:     newWatchers(st.Compacted),
+		hub:       newHub(cfg, st.Committed, st.Compacted),
 		leases:    newLeases(st.Leases),
 		latches:   newLatches(cfg.Testing.LatchMissesRangeStart),
 		alarmed:   st.Alarmed,
@@ -165,7 +164,7 @@ func NewNode(cfg Config, st State) *Node {
 	if st.NoSpace && len(n.alarmed) == 0 {
 		n.alarmed = []uint64{AnyMember}
 	}
-	n.ring.SetByteLimit(cfg.RingBytes)
+	n.hub.ready = &n.ready
 	if st.Compacted > 1 {
 		// Finish what a predecessor's sweep may have left.
 		n.sweepTo(st.Compacted)
@@ -203,10 +202,7 @@ func (n *Node) Config() Config { return n.cfg }
 
 // Ready returns the outputs collected since the last call and clears them.
 func (n *Node) Ready() Ready {
-	if len(n.watch.asked) > 0 {
-		n.watch.flush(&n.ready)
-		n.answerProgress()
-	}
+	n.hub.prepare()
 	rd := n.ready
 	rd.Committed = n.committed
 	n.ready = Ready{}

@@ -248,7 +248,7 @@ func surelyWrites(op *pb.RequestOp) bool {
 // Done tells the node how a work item it handed out ended.
 func (n *Node) Done(w *Work, r Result) {
 	if w.Kind == WorkCatchUp {
-		n.catchUpDone(w, r.Events, r.Last, r.Err)
+		n.hub.catchUpDone(w, r.Events, r.Last, r.Err)
 		return
 	}
 	n.report(w, r.Effects, r.Outcome)
@@ -445,6 +445,7 @@ func (n *Node) advance() {
 		rev := n.committed + 1
 		delete(n.slots, rev)
 		n.committed = rev
+		n.hub.committed = rev
 		if s.state == slotApplied {
 			n.commit(rev, s)
 		}
@@ -453,19 +454,14 @@ func (n *Node) advance() {
 	if n.committed == start {
 		return
 	}
-	n.watch.wake(n.committed)
-	n.watch.flush(&n.ready)
+	n.hub.advance(n.committed)
 	n.releaseHeld()
 }
 
 // commit publishes an applied revision.
 func (n *Node) commit(rev int64, s *slot) {
 	eff := s.eff
-	for i := range eff.Events {
-		n.ring.fillPrev(&eff.Events[i])
-		n.ring.Append(eff.Events[i])
-	}
-	n.watch.publish(rev, eff.Events)
+	n.hub.publish(rev, eff.Events)
 	n.leases.attach(eff.Events)
 	w := s.work
 	r := Response{ID: w.ID, Rev: rev, Wrote: len(eff.Events) > 0, Response: eff.Response, Err: eff.Err}

@@ -27,7 +27,7 @@ type Stats struct {
 func (n *Node) Stats() Stats {
 	st := Stats{
 		Dealt: n.next - 1, Committed: n.committed,
-		RingEvents: n.ring.Len(), RingBytes: n.ring.Bytes(), RingEvicted: n.ring.evicted,
+		RingEvents: n.hub.ring.Len(), RingBytes: n.hub.ring.Bytes(), RingEvicted: n.hub.ring.evicted,
 		SweepTo: n.sweep.to, SweepDone: n.sweep.done,
 	}
 	for _, s := range n.slots {

@@ -284,168 +284,6 @@ func (ws *watchers) remove(id WatchID) bool {
 	return true
 }
 
-// AddWatch registers a watch. Events from its start revision arrive as
-// WatchResponses; from history older than the ring via catch-up work.
-// A start revision below the compact revision cancels it at once with
-// CompactRevision set, as etcd does.
-func (n *Node) AddWatch(w Watch) error {
-	if _, ok := n.watch.byID[w.ID]; ok {
-		return ErrWatcherExists
-	}
-	if len(w.Key) == 0 {
-		return ErrEmptyKey
-	}
-	if w.StartRev > 0 && w.StartRev < n.compacted {
-		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: n.compacted})
-		return nil
-	}
-	wt := &watcher{Watch: w, next: w.StartRev}
-	if wt.next <= 0 {
-		wt.next = n.committed + 1
-	}
-	n.watch.insert(wt)
-	n.syncWatcher(wt)
-	n.watch.flush(&n.ready)
-	return nil
-}
-
-// syncWatcher brings a watcher from its next revision up to C: from the
-// ring if it still holds that history, else by a catch-up read.
-func (n *Node) syncWatcher(w *watcher) {
-	defer n.watch.settle(w, n.committed)
-	if w.next > n.committed {
-		return
-	}
-	events, ok := n.ring.Since(w.next)
-	if !ok {
-		w.catching = true
-		to := min(n.committed, w.next+int64(n.cfg.CatchUpBatch)-1)
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: w.next, To: to, Compacted: n.compacted, Term: n.cfg.Term})
-		return
-	}
-	for len(events) > 0 {
-		rev := events[0].Rev
-		i := 0
-		for i < len(events) && events[i].Rev == rev {
-			i++
-		}
-		n.watch.add(w, rev, events[:i])
-		events = events[i:]
-	}
-	if w.next <= n.committed {
-		// Revisions up to C without events for anyone.
-		if w.pending == nil {
-			w.pending = &WatchResponse{ID: w.ID}
-			n.watch.dirty = append(n.watch.dirty, w)
-		}
-		w.pending.Revision = n.committed
-		w.next = n.committed + 1
-	}
-}
-
-// catchUpDone takes what a catch-up read found: the events of revisions
-// From..last, read by ReadEvents. err reports a failed read, which is
-// retried.
-func (n *Node) catchUpDone(cw *Work, events []Event, last int64, err error) {
-	w := n.watch.byID[cw.Watch]
-	if w == nil || !w.catching || w.next != cw.From {
-		return // canceled meanwhile
-	}
-	if cw.From < n.compacted {
-		n.watch.remove(w.ID)
-		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: n.compacted})
-		return
-	}
-	if err != nil {
-		n.ready.Work = append(n.ready.Work, &Work{Kind: WorkCatchUp, Watch: w.ID, From: cw.From, To: cw.To, Compacted: n.compacted, Term: cw.Term, Attempt: cw.Attempt + 1})
-		return
-	}
-	for len(events) > 0 {
-		rev := events[0].Rev
-		i := 0
-		for i < len(events) && events[i].Rev == rev {
-			i++
-		}
-		n.watch.add(w, rev, events[:i])
-		events = events[i:]
-	}
-	w.next = last + 1
-	if w.pending != nil {
-		w.pending.Revision = last
-	}
-	w.catching = false
-	n.syncWatcher(w)
-	n.watch.flush(&n.ready)
-}
-
-// CancelWatch removes a watch. It reports whether the watch existed.
-func (n *Node) CancelWatch(id WatchID) bool {
-	return n.watch.remove(id)
-}
-
-// Progress reports the revision every given watch is synced to, if all
-// of them are synced: each has been handed every event up to C. The
-// driver must deliver earlier WatchResponses first; then a progress
-// notification at this revision never runs ahead of delivered events.
-func (n *Node) Progress(ids ...WatchID) (rev int64, ok bool) {
-	for _, id := range ids {
-		w := n.watch.byID[id]
-		if w == nil {
-			continue
-		}
-		if !w.live && (w.catching || w.next <= n.committed) {
-			return 0, false
-		}
-	}
-	return n.committed, true
-}
-
-// RequestProgress asks for etcd's RequestProgress answer covering the
-// watches ids (one stream's): once every one of them is synced, Ready
-// carries a WatchResponse{Progress, Requested} at C for one of them,
-// after every event it covers. It reports false and asks nothing when
-// none of ids is registered: the driver may answer at C at once.
-func (n *Node) RequestProgress(ids ...WatchID) bool {
-	live := n.watch.registered(ids)
-	if len(live) == 0 {
-		return false
-	}
-	n.watch.asked = append(n.watch.asked, live)
-	return true
-}
-
-// registered keeps the ids of ids that are registered watches.
-func (ws *watchers) registered(ids []WatchID) []WatchID {
-	live := make([]WatchID, 0, len(ids))
-	for _, id := range ids {
-		if ws.byID[id] != nil {
-			live = append(live, id)
-		}
-	}
-	return live
-}
-
-// answerProgress answers the RequestProgress calls whose watches are
-// all synced now; a call whose watches are all gone is dropped.
-func (n *Node) answerProgress() {
-	ws := &n.watch
-	kept := ws.asked[:0]
-	for _, ids := range ws.asked {
-		live := ws.registered(ids)
-		if len(live) == 0 {
-			continue
-		}
-		rev, ok := n.Progress(live...)
-		if !ok {
-			kept = append(kept, live)
-			continue
-		}
-		n.ready.WatchResponses = append(n.ready.WatchResponses, WatchResponse{ID: live[0], Progress: true, Requested: true, Revision: rev})
-	}
-	clear(ws.asked[len(kept):])
-	ws.asked = kept
-}
-
 // DescribeWatchResponse renders a watch response on one line.
 func DescribeWatchResponse(r WatchResponse) string {
 	switch {
@@ -462,3 +300,15 @@ func DescribeWatchResponse(r WatchResponse) string {
 	}
 	return s
 }
+
+// AddWatch registers a watch on the node's hub (Hub.AddWatch).
+func (n *Node) AddWatch(w Watch) error { return n.hub.AddWatch(w) }
+
+// CancelWatch removes a watch from the node's hub (Hub.CancelWatch).
+func (n *Node) CancelWatch(id WatchID) bool { return n.hub.CancelWatch(id) }
+
+// Progress is the node's hub's Progress.
+func (n *Node) Progress(ids ...WatchID) (rev int64, ok bool) { return n.hub.Progress(ids...) }
+
+// RequestProgress is the node's hub's RequestProgress.
+func (n *Node) RequestProgress(ids ...WatchID) bool { return n.hub.RequestProgress(ids...) }

@@ -197,5 +197,9 @@ type Result struct {
 	Events  []Event
 	Last    int64
 	State   State
-	Err     error
+	// Compacted is the compact revision a catch-up read found in its
+	// snapshot (0: not read), so that a hub that learned of a compaction
+	// late never takes swept history for none.
+	Compacted int64
+	Err       error
 }
