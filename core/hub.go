@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -82,24 +83,32 @@ func (h *Hub) Compact(rev int64) {
 	}
 	h.compacted = rev
 	h.watch.compactRev = rev
-	h.ring.Compact(rev)
+	// A hub behind the compaction keeps claiming what it has: its feed
+	// still brings the revisions up to rev.
+	h.ring.Compact(min(rev, h.committed+1))
 	h.watch.compacted(rev, h.ready)
 }
 
 // Restart resumes the hub at compacted, its feed's history below it gone
-// before the hub had it: every watch is canceled with compacted as its
-// compact revision (its client must list again, as after etcd cancels a
-// watch for compaction), and the hub is synced to compacted-1.
+// before the hub had it: the watches that needed some of it are canceled
+// with compacted as their compact revision (their clients list again, as
+// after etcd cancels a watch for compaction), the others go on, and the
+// hub is synced to compacted-1.
 func (h *Hub) Restart(compacted int64) {
-	for _, w := range h.watch.list {
-		h.ready.WatchResponses = append(h.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: compacted})
+	for _, w := range slices.Clone(h.watch.list) {
+		next := w.next
+		if w.live {
+			next = h.committed + 1
+		}
+		if next < compacted {
+			h.watch.remove(w.ID)
+			h.ready.WatchResponses = append(h.ready.WatchResponses, WatchResponse{ID: w.ID, Canceled: true, CompactRevision: compacted})
+		}
 	}
-	old := h.ring
-	h.watch = newWatchers(compacted)
-	h.compacted = compacted
+	h.Compact(compacted)
 	h.committed = max(h.committed, compacted-1)
-	h.ring = NewRing(len(old.buf), h.committed+1)
-	h.ring.SetByteLimit(old.maxBytes)
+	h.ring.Compact(h.committed + 1)
+	h.advance(h.committed)
 }
 
 // publish hands one committed revision's events to the ring and the

@@ -157,3 +157,12 @@ func (d *Driver) Status() Status {
 	}, nil)
 	return st
 }
+
+// committed is the commit point: the node's, or on a follower the last
+// one learned from the leader. Called with the lock held.
+func (d *Driver) committed() int64 {
+	if n := d.m.Node(); n != nil {
+		return n.Committed()
+	}
+	return d.Known()
+}

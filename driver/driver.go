@@ -123,6 +123,9 @@ type TestingKnobs struct {
 	// says the commit point even for a watch still catching up, not the
 	// revision it is synced to, so its client skips events it never got.
 	ProgressAtCommitted bool
+	// GapAtResume: a member's feed resumes on a new leader one revision
+	// past its hub's, so the hub's watches skip that revision's events.
+	GapAtResume bool
 	// StaleSnapshots: one in staleEvery of the driver's engine
 	// transactions (work, reads, previous values' reads) begins a few
 	// commits behind the latest (storage.WithStaleSnapshot), as one
@@ -150,8 +153,16 @@ type Driver struct {
 	known         atomic.Int64 // the newest commit point learned
 	auth          authState
 	keys          *keyCache                     // nil: none
-	watches       map[core.WatchID]*WatchStream // the node's watches, by ID
+	watches       map[core.WatchID]*WatchStream // the node's watches (feeds), by ID
 	nextWatch     core.WatchID
+	// hub serves this member's client watches (feed.go), nil until the
+	// first feed anchors it; hubWaiting is what waits for that.
+	hub        *core.Hub
+	hubWaiting []func(*core.Hub)
+	hubWatches map[core.WatchID]*WatchStream // the hub's watches, by ID
+	hubWork    map[*core.Work]bool           // the hub's catch-up work out
+	feed       *Feed                         // the feed open, if any
+	feedPaused bool                          // a failed feed's retry waits
 	// engineDeadline is the member's, read once: its config changes
 	// under the lock.
 	engineDeadline time.Duration
@@ -245,6 +256,11 @@ func (d *Driver) Done(w *core.Work, r Result) {
 		d.cfg.Log.Log(context.Background(), level, "engine work failed", "work", w.Kind.String(), "rev", w.Rev, "attempt", w.Attempt, "err", r.Err)
 	}
 	d.Step(func(m *core.Member) {
+		if d.hubWork[w] {
+			delete(d.hubWork, w)
+			d.hub.Done(w, r)
+			return
+		}
 		if d.keys != nil && m.Owns(w) {
 			// Before m.Done releases the work's latches: the next write
 			// of these keys must find them as this one left them.
@@ -316,7 +332,12 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	if rd.HandedOff != nil && h.HandedOff != nil {
 		h.HandedOff(rd.HandedOff)
 	}
-	return rd.Work, answers, d.leaderChanged()
+	work = append(rd.Work, d.hubReady()...)
+	wake = d.leaderChanged()
+	if open := d.follow(); open != nil {
+		wake = append(wake, open)
+	}
+	return work, answers, wake
 }
 
 // start hands work to the executor, a retry after its backoff, and wakes
@@ -339,7 +360,7 @@ func (d *Driver) start(work []*core.Work, wake []func()) {
 // may have run out while it waited, and a successor may have started.
 func (d *Driver) execIfOwned(w *core.Work) {
 	var owned bool
-	d.Step(func(m *core.Member) { owned = m.Owns(w) }, nil)
+	d.Step(func(m *core.Member) { owned = m.Owns(w) || d.hubWork[w] }, nil)
 	if owned {
 		d.cfg.Exec.Exec(d, w)
 	}

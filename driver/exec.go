@@ -200,8 +200,15 @@ func (d *Driver) StartWork(ctx context.Context, eng storage.Engine, w *core.Work
 	}
 	switch w.Kind {
 	case core.WorkCatchUp:
-		evs, last, err := core.ReadEvents(storage.NewReader(txn), w.From, w.To, d.catchUpBatch)
-		return j.end(Result{Events: evs, Last: last, Err: err})
+		// The compact revision in the same snapshot: a hub that has not
+		// heard of a compaction yet must not read swept history as none.
+		rd := storage.NewReader(txn)
+		compacted, err := core.ReadCompacted(rd)
+		if err != nil {
+			return j.end(Result{Err: err})
+		}
+		evs, last, err := core.ReadEvents(rd, w.From, w.To, d.catchUpBatch)
+		return j.end(Result{Events: evs, Last: last, Compacted: compacted, Err: err})
 	case core.WorkRecover:
 		st, err := recoverIn(ctx, eng, txn)
 		return j.end(Result{State: st, Err: err})

@@ -48,7 +48,7 @@ func (o *Outbox[M]) SlowReason() string {
 // caller queues the watch's cancellation with SlowReason in its place
 // and forgets the watch as it does a canceled one. Call it from the
 // Watch hook, so that messages keep the node's order.
-func (o *Outbox[M]) Admit(n *core.Node, wr core.WatchResponse) bool {
+func (o *Outbox[M]) Admit(n interface{ CancelWatch(core.WatchID) bool }, wr core.WatchResponse) bool {
 	if wr.Canceled || wr.Requested || o.Len() < o.limit {
 		return true
 	}

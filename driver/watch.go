@@ -48,7 +48,10 @@ type WatchConfig struct {
 type WatchStream struct {
 	d   *Driver
 	cfg WatchConfig
-	out *Outbox[*watchOut]
+	// feed: a member's feed, on this leader's node (NewFeedStream); else
+	// a client's stream, on this member's hub.
+	feed bool
+	out  *Outbox[*watchOut]
 	// Guarded by the driver's lock:
 	local    map[int64]core.WatchID // client ID → node ID
 	remote   map[core.WatchID]int64
@@ -71,19 +74,64 @@ type watchOut struct {
 	fragment bool
 }
 
-// NewWatchStream opens a watch stream on this member.
-func (d *Driver) NewWatchStream(cfg WatchConfig) *WatchStream {
-	return &WatchStream{d: d, cfg: cfg, out: NewOutbox[*watchOut](cfg.Limit),
+// NewWatchStream opens a client's watch stream on this member's hub: it
+// goes on whoever leads.
+func (d *Driver) NewWatchStream(cfg WatchConfig) *WatchStream { return d.newWatchStream(cfg, false) }
+
+func (d *Driver) newWatchStream(cfg WatchConfig, feed bool) *WatchStream {
+	return &WatchStream{d: d, cfg: cfg, feed: feed, out: NewOutbox[*watchOut](cfg.Limit),
 		local: map[int64]core.WatchID{}, remote: map[core.WatchID]int64{},
 		notify: map[core.WatchID]bool{}, fragment: map[core.WatchID]bool{}, done: make(chan struct{})}
+}
+
+// registry is where a stream's watches live: the leader's node for a
+// feed, the member's hub for a client's stream.
+type registry interface {
+	AddWatch(core.Watch) error
+	CancelWatch(core.WatchID) bool
+	Progress(ids ...core.WatchID) (int64, bool)
+	RequestProgress(ids ...core.WatchID) bool
+	Committed() int64
+	Compacted() int64
+}
+
+// step runs f against the stream's registry, in a driver step: a feed's
+// only while this member leads (else the stream stops), a client
+// stream's once the hub is anchored. It reports whether f ran or will.
+func (ws *WatchStream) step(f func(r registry)) bool {
+	d := ws.d
+	if !ws.feed {
+		d.Step(func(*core.Member) { d.onHub(func(h *core.Hub) { f(h) }) }, nil)
+		return true
+	}
+	led := d.Step(nil, func(n *core.Node) { f(n) })
+	if !led {
+		d.mu.Lock()
+		ws.stop()
+		d.mu.Unlock()
+	}
+	return led
+}
+
+// index is the driver's map of the stream's watches by ID.
+func (ws *WatchStream) index() map[core.WatchID]*WatchStream {
+	if ws.feed {
+		if ws.d.watches == nil {
+			ws.d.watches = map[core.WatchID]*WatchStream{}
+		}
+		return ws.d.watches
+	}
+	if ws.d.hubWatches == nil {
+		ws.d.hubWatches = map[core.WatchID]*WatchStream{}
+	}
+	return ws.d.hubWatches
 }
 
 // Ready receives a value once responses are queued.
 func (ws *WatchStream) Ready() <-chan struct{} { return ws.out.Ready() }
 
-// Done closes when the stream stops because this member stopped leading
-// (or a create found it not leading): the host ends the stream and the
-// client resumes its watches elsewhere from their revisions.
+// Done closes when a feed stream stops because this member stopped
+// leading (a client's stream never stops so).
 func (ws *WatchStream) Done() <-chan struct{} { return ws.done }
 
 // Pending is how many responses wait to be sent.
@@ -92,10 +140,10 @@ func (ws *WatchStream) Pending() int { return ws.out.Len() + len(ws.taken) }
 // Create creates a watch, as etcd's watch server does: the client's ID
 // or the next free one, refused (created and canceled at once, with
 // etcd's reason) if the ID is taken, the key empty or the start
-// revision compacted. It reports whether this member leads; if not,
-// the stream stops.
+// revision compacted. It reports false if the stream is a feed and this
+// member does not lead; then the stream stops.
 func (ws *WatchStream) Create(c *pb.WatchCreateRequest) bool {
-	led := ws.d.Step(nil, func(n *core.Node) {
+	return ws.step(func(n registry) {
 		id := c.WatchId
 		if id == 0 || id == -1 {
 			for {
@@ -125,10 +173,7 @@ func (ws *WatchStream) Create(c *pb.WatchCreateRequest) bool {
 		if c.Fragment {
 			ws.fragment[gid] = true
 		}
-		if d.watches == nil {
-			d.watches = map[core.WatchID]*WatchStream{}
-		}
-		d.watches[gid] = ws
+		ws.index()[gid] = ws
 		ws.push(&pb.WatchResponse{Header: hdr, WatchId: id, Created: true})
 		watch := core.Watch{ID: gid, Key: c.Key, End: c.RangeEnd, StartRev: c.StartRevision, PrevKV: c.PrevKv}
 		for _, f := range c.Filters {
@@ -144,18 +189,12 @@ func (ws *WatchStream) Create(c *pb.WatchCreateRequest) bool {
 			ws.push(&pb.WatchResponse{Header: hdr, WatchId: id, Canceled: true, CancelReason: err.Error()})
 		}
 	})
-	if !led {
-		ws.d.mu.Lock()
-		ws.stop()
-		ws.d.mu.Unlock()
-	}
-	return led
 }
 
 // Cancel cancels the client's watch id, acknowledged in stream order; an
 // unknown ID is ignored, as etcd does.
 func (ws *WatchStream) Cancel(id int64) {
-	ws.d.Step(nil, func(n *core.Node) {
+	ws.step(func(n registry) {
 		gid, ok := ws.local[id]
 		if !ok {
 			return
@@ -170,7 +209,7 @@ func (ws *WatchStream) Cancel(id int64) {
 // has no watches, else through the node once every watch of the stream
 // is synced, so it never runs ahead of their events.
 func (ws *WatchStream) RequestProgress() {
-	ws.d.Step(nil, func(n *core.Node) {
+	ws.step(func(n registry) {
 		ids := slices.Sorted(maps.Keys(ws.remote))
 		if !n.RequestProgress(ids...) {
 			ws.push(&pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: -1})
@@ -182,14 +221,24 @@ func (ws *WatchStream) RequestProgress() {
 // empty response at its revision, as etcd does every
 // --experimental-watch-progress-notify-interval.
 func (ws *WatchStream) NotifyProgress() {
-	ws.d.Step(nil, func(n *core.Node) {
+	ws.d.mu.Lock()
+	anchored := ws.feed || ws.d.hub != nil
+	ws.d.mu.Unlock()
+	if !anchored {
+		return // nothing to say yet: the watches wait for the hub
+	}
+	ws.step(func(n registry) {
 		for _, gid := range slices.Sorted(maps.Keys(ws.notify)) {
 			rev, ok := n.Progress(gid)
 			if ws.d.cfg.Testing.ProgressAtCommitted {
 				rev, ok = n.Committed(), true
 			}
 			if ok {
-				ws.push(&pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]})
+				r := &pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]}
+				if ws.feed {
+					r.CompactRevision = n.Compacted()
+				}
+				ws.push(r)
 			}
 		}
 	})
@@ -201,16 +250,27 @@ func (ws *WatchStream) NotifyProgress() {
 func (ws *WatchStream) Refuse(reason string) {
 	ws.d.mu.Lock()
 	defer ws.d.mu.Unlock()
-	ws.push(&pb.WatchResponse{Header: ws.cfg.Header(ws.d.committed()), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+	rev := ws.d.Known()
+	if h := ws.d.hub; h != nil {
+		rev = h.Committed()
+	}
+	ws.push(&pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
 }
 
 // Close cancels the stream's watches: the client has gone.
 func (ws *WatchStream) Close() {
-	ws.d.Step(func(*core.Member) {
-		n := ws.d.m.Node()
+	d := ws.d
+	d.Step(func(*core.Member) {
+		var r registry
+		switch n := d.m.Node(); {
+		case !ws.feed && d.hub != nil:
+			r = d.hub
+		case ws.feed && n != nil:
+			r = n
+		}
 		for _, gid := range slices.Sorted(maps.Keys(ws.remote)) {
-			if n != nil {
-				n.CancelWatch(gid)
+			if r != nil {
+				r.CancelWatch(gid)
 			}
 			ws.forget(gid)
 		}
@@ -285,12 +345,17 @@ func (ws *WatchStream) queue(m *watchOut) {
 // or, if the client has let too many pile up, cuts the watch off in its
 // place. Called with the driver's lock held, from ready, so responses
 // keep the node's order.
-func (ws *WatchStream) deliver(n *core.Node, wr core.WatchResponse) {
+func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 	id, ok := ws.remote[wr.ID]
 	if !ok {
 		return
 	}
 	r := &pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: id, Events: wr.Events}
+	if ws.feed {
+		// The feed's own meanings (feed.go): the revision it is synced
+		// to, and the compact revision.
+		r.Header, r.CompactRevision = ws.cfg.Header(wr.Revision), n.Compacted()
+	}
 	if !ws.out.Admit(n, wr) {
 		ws.forget(wr.ID)
 		if ws.cfg.Slow != nil {
@@ -326,7 +391,7 @@ func (ws *WatchStream) forget(gid core.WatchID) {
 	delete(ws.remote, gid)
 	delete(ws.notify, gid)
 	delete(ws.fragment, gid)
-	delete(ws.d.watches, gid)
+	delete(ws.index(), gid)
 }
 
 // stop ends the stream because this member does not lead. Called with
@@ -359,25 +424,16 @@ func (d *Driver) stopWatches() {
 	clear(d.watches)
 }
 
-// WatchCounts reports the watches this member serves and the streams
-// they are on.
+// WatchCounts reports the client watches this member serves and the
+// streams they are on (feeds not counted).
 func (d *Driver) WatchCounts() (watches, streams int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	seen := map[*WatchStream]bool{}
-	for _, ws := range d.watches {
+	for _, ws := range d.hubWatches {
 		seen[ws] = true
 	}
-	return len(d.watches), len(seen)
-}
-
-// committed is the commit point: the node's, or on a follower the last
-// one learned from the leader. Called with the lock held.
-func (d *Driver) committed() int64 {
-	if n := d.m.Node(); n != nil {
-		return n.Committed()
-	}
-	return d.Known()
+	return len(d.hubWatches), len(seen)
 }
 
 // Fragments splits a watch response larger than limit into parts of at

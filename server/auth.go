@@ -181,6 +181,22 @@ func (s *Server) authorizeLeader(ctx context.Context, check authCheck) error {
 	return err
 }
 
+// authorizeHere checks a call on this instance, leading or not: a
+// follower checks it against the auth store of a serializable read's
+// snapshot, as its reads are checked.
+func (s *Server) authorizeHere(ctx context.Context, check authCheck) error {
+	err := s.authorizeLeader(ctx, check)
+	if !errors.Is(err, core.ErrNotLeader) {
+		return err
+	}
+	snap, err := s.readSnapshot(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer snap.Txn.Rollback()
+	return s.drv.Authorize(snap.Auth, storage.NewReader(snap.Txn), s.checker(ctx, check))
+}
+
 // Checks that etcd makes of calls other than key ranges.
 var (
 	// tokenValid: a given token must be valid (etcd checks it for every

@@ -311,7 +311,7 @@ func (k kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 }
 
 func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
+	resp, err := forward(k.s, ctx, func() (*pb.CompactionResponse, error) {
 		if err := k.s.authorizeLeader(ctx, admin); err != nil {
 			return nil, err
 		}
@@ -330,4 +330,8 @@ func (k kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.CompactionResponse, error) {
 		return pb.NewKVClient(cc).Compact(ctx, r)
 	})
+	if err == nil {
+		k.s.drv.LearnCompacted(r.Revision)
+	}
+	return resp, err
 }

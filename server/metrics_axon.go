@@ -24,6 +24,9 @@ type axonMetrics struct {
 	sweptRecords prometheus.Counter
 	// slowWatchers counts watches canceled for falling too far behind.
 	slowWatchers prometheus.Counter
+	// feedEventsSent counts the events this leader sent to the other
+	// instances' watch hubs (driver/feed.go).
+	feedEventsSent prometheus.Counter
 }
 
 func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
@@ -46,6 +49,10 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 			Name: "axon_watch_slow_canceled_total",
 			Help: "Watches canceled because their stream held too many unsent responses (the client resumes from its revision).",
 		}),
+		feedEventsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "axon_watch_feed_events_sent_total",
+			Help: "Events this instance sent, as leader, to the other instances' watch feeds (each event once per instance, whatever its watchers).",
+		}),
 	}
 	work := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "axon_engine_work_total",
@@ -56,7 +63,7 @@ func newAxonMetrics(s *Server, reg *prometheus.Registry) *axonMetrics {
 			a.work[k] = work.WithLabelValues(k.String())
 		}
 	}
-	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, &axonNode{s: s})
+	reg.MustRegister(a.groupTxns, a.batchRequests, work, a.sweptRecords, a.slowWatchers, a.feedEventsSent, &axonNode{s: s})
 	if c, ok := s.eng.(storage.MetricsSource); ok {
 		reg.MustRegister(c.Collectors()...)
 	}

@@ -34,6 +34,7 @@ const (
 type peerServer interface {
 	serveReadIndex(context.Context) (*pb.ResponseHeader, error)
 	serveNudge(context.Context) (*pb.ResponseHeader, error)
+	serveFollow(from int64, ss grpc.ServerStream) error
 }
 
 var peerServiceDesc = grpc.ServiceDesc{
@@ -43,6 +44,7 @@ var peerServiceDesc = grpc.ServiceDesc{
 		{MethodName: "ReadIndex", Handler: peerHandler("ReadIndex", peerServer.serveReadIndex)},
 		{MethodName: "Nudge", Handler: peerHandler("Nudge", peerServer.serveNudge)},
 	},
+	Streams: []grpc.StreamDesc{followDesc},
 }
 
 func peerHandler(method string, fn func(peerServer, context.Context) (*pb.ResponseHeader, error)) grpc.MethodHandler {

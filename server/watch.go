@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/axon-kv/axon/core"
 	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/driver"
 )
@@ -20,9 +18,6 @@ type watchServer struct {
 }
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
-	if !w.s.Leading() {
-		return w.s.proxyWatch(stream)
-	}
 	s := w.s
 	ws := s.drv.NewWatchStream(driver.WatchConfig{Limit: s.cfg.WatchQueue, FragmentBytes: s.cfg.MaxRequestBytes,
 		Header: s.header, Slow: func(int64) { s.metrics.axon.slowWatchers.Inc() }})
@@ -63,32 +58,9 @@ func (w watchServer) recv(stream pb.Watch_WatchServer, ws *driver.WatchStream) e
 }
 
 // send sends ws's responses, and its progress notifications when they
-// are due, until the receiver ends (received): in one goroutine, as a
-// stream's goroutines are what thousands of idle watch clients cost.
+// are due, until the receiver ends (received).
 func (w watchServer) send(stream pb.Watch_WatchServer, ws *driver.WatchStream, received <-chan error) error {
-	var progress <-chan time.Time
-	if every := w.s.cfg.ProgressNotifyInterval; every > 0 {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		progress = t.C
-	}
-	for {
-		select {
-		case <-progress:
-			ws.NotifyProgress()
-			continue
-		case <-ws.Ready():
-		case err := <-received:
-			return err
-		case <-ws.Done():
-			return errStreamMoved
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		}
-		rs, err := w.next(stream.Context(), ws)
-		if err != nil {
-			return err
-		}
+	return w.s.pump(stream.Context(), ws, w.s.cfg.ProgressNotifyInterval, received, func(rs []*pb.WatchResponse) error {
 		for _, r := range rs {
 			// Counted before Send so a client that has the events
 			// never sees a lower count.
@@ -99,30 +71,8 @@ func (w watchServer) send(stream pb.Watch_WatchServer, ws *driver.WatchStream, r
 				return err
 			}
 		}
-	}
-}
-
-// next takes ws's responses, ready to send, trying again while the
-// engine cannot read the previous values they owe: the stream waits
-// (and, should it fall too far behind, its watchers are cut off as
-// slow), it never sends an event without its prev_kv.
-func (w watchServer) next(ctx context.Context, ws *driver.WatchStream) ([]*pb.WatchResponse, error) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		rctx, cancel := context.WithTimeout(ctx, w.s.mcfg.EngineDeadline)
-		rs, err := ws.Next(rctx, w.s.eng)
-		cancel()
-		if err == nil {
-			return rs, nil
-		}
-		w.s.log.Warn("reading watch events' previous values", "err", err, "retry-in", wait)
-		select {
-		case <-time.After(wait):
-		case <-ws.Done():
-			return nil, errStreamMoved
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+		return nil
+	})
 }
 
 // permitted is etcd's check at a watch's creation: read on its range. A
@@ -136,11 +86,11 @@ func (w watchServer) permitted(ctx context.Context, ws *driver.WatchStream, c *p
 	if len(key) == 0 {
 		key = []byte{0} // etcd's smallest key, for an empty one
 	}
-	err := w.s.authorizeLeader(ctx, func(st *auth.Store, id auth.Identity) error {
+	err := w.s.authorizeHere(ctx, func(st *auth.Store, id auth.Identity) error {
 		return st.Check(id, key, c.RangeEnd, false)
 	})
-	if err == nil || errors.Is(err, core.ErrNotLeader) {
-		return true // not leading: create ends the stream, the client resumes
+	if err == nil {
+		return true
 	}
 	// etcd's reason is the whole text of its gRPC error.
 	reason := rpctypes.ErrGRPCPermissionDenied.Error()

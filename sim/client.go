@@ -634,7 +634,7 @@ func (c *client) startWatch(rev int64) {
 	c.watches = append(c.watches, cw)
 	n := c.targetNode()
 	c.w.note("c%d watch from r%d via %s", c.idx, rev, n.name)
-	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw, 0) })
+	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw) })
 	c.w.after(clientTimeout, "watch-timeout", func() {
 		if !cw.created && !cw.ended {
 			c.watchBroken(cw)

@@ -122,32 +122,9 @@ func (w *World) streamDelay(sub *watchSub) time.Duration {
 // several events are split.
 const watchFragmentBytes = 160
 
-// createWatch opens a client's watch stream on the leader's node.
-func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
-	nd := n.member.Node()
-	if nd == nil {
-		// A follower proxies the watch to the leader it learns from the
-		// driver, as the server's proxyWatch does.
-		refuse := func() { n.w.sendToClient(n, c, "watch-refused", func() { c.watchBroken(cw) }) }
-		if hops >= 2 || n.isolated {
-			refuse()
-			return
-		}
-		epoch := n.epoch
-		n.drv.LeaderAddr(func() bool { return !cw.ended && n.epoch == epoch }, func(addr string, ok bool) {
-			l := n.w.nodeAt(addr)
-			switch {
-			case n.epoch != epoch:
-			case ok && l != nil:
-				n.w.send(n, l, "forward-watch", func() { l.createWatch(c, cw, hops+1) })
-			case n.member.Node() != nil:
-				n.createWatch(c, cw, hops+1) // it leads now
-			default:
-				refuse()
-			}
-		})
-		return
-	}
+// createWatch opens a client's watch stream on this node: every node
+// serves watches, from its hub.
+func (n *node) createWatch(c *client, cw *clientWatch) {
 	n.nextWatch++
 	sub := &watchSub{id: n.nextWatch, c: c, cw: cw, lastAt: n.w.now}
 	sub.ws = n.drv.NewWatchStream(driver.WatchConfig{
@@ -156,8 +133,7 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 		Slow: func(int64) {
 			n.w.fault("slow-watcher", "%s cuts c%d's watch off at r%d: %d responses unsent", n.name, c.idx, cw.lastRev, sub.ws.Pending())
 		},
-		Queued:  func() { n.flush(sub) },
-		Stopped: func() { n.endSub(sub) },
+		Queued: func() { n.flush(sub) },
 	})
 	n.subs[sub.id] = sub
 	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, sub.id
@@ -166,7 +142,8 @@ func (n *node) createWatch(c *client, cw *clientWatch, hops int) {
 	if cw.spec.NoDelete {
 		req.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}
 	}
-	if sub.ws.Create(req) && cw.spec.ProgressNotify { // not leading: the stream stops (endSub)
+	sub.ws.Create(req)
+	if cw.spec.ProgressNotify {
 		n.notifyProgress(sub)
 	}
 }
@@ -182,16 +159,6 @@ func (n *node) notifyProgress(sub *watchSub) {
 		sub.ws.NotifyProgress()
 		n.notifyProgress(sub)
 	})
-}
-
-// endSub ends a stream the node no longer serves: the client's watch
-// breaks and it resumes. It may run with the driver's lock held.
-func (n *node) endSub(sub *watchSub) {
-	if n.subs[sub.id] != sub {
-		return
-	}
-	delete(n.subs, sub.id)
-	n.w.after(n.w.streamDelay(sub), "watch-broken", func() { sub.c.watchBroken(sub.cw) })
 }
 
 // flush sends what the stream holds, in order, after a network delay; a

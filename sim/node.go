@@ -33,6 +33,7 @@ type node struct {
 	calls         map[core.RequestID]*call // every call proposed here, for ground truth
 	nextWatch     core.WatchID
 	subs          map[core.WatchID]*watchSub
+	heard         map[*driver.Feed]time.Duration // when each feed last spoke
 }
 
 // watchSub is a client's watch stream served by this node while it
@@ -70,6 +71,7 @@ func (n *node) start() {
 	n.epoch++
 	n.calls = map[core.RequestID]*call{}
 	n.subs = map[core.WatchID]*watchSub{}
+	n.heard = map[*driver.Feed]time.Duration{}
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
@@ -86,6 +88,11 @@ func (n *node) start() {
 						n.w.violation = fmt.Errorf("%s invariant: %w", n.id(), err)
 					}
 					n.checkCompacted(nd)
+				}
+				if h := n.drv.Hub(); h != nil {
+					if err := h.Invariants(); err != nil && n.w.violation == nil {
+						n.w.violation = fmt.Errorf("%s hub invariant: %w", n.id(), err)
+					}
 				}
 			},
 			Unclaimed: func(r core.Response) {
@@ -372,7 +379,13 @@ func (n *node) serve(c *call, forwarded bool, reply func(answer, error)) {
 			return
 		}
 		n.forward(c, addr, &got, answered)
-	}, func(err error) { reply(got, err) })
+	}, func(err error) {
+		if err == nil && c.in.kind == opCompact {
+			// As the server: the hub hears of it before the client.
+			n.drv.LearnCompacted(c.in.rev)
+		}
+		reply(got, err)
+	})
 }
 
 // local runs a call on this node through the driver's typed requests:
