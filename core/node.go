@@ -127,8 +127,8 @@ type Node struct {
 	// hub serves the node's watches: the feeds of the members' hubs.
 	hub     *Hub
 	leases  leases
-	ready    Ready
-	latches  latches
+	ready   Ready
+	latches latches
 	// draining refuses new writes while leadership is handed over.
 	draining bool
 	// alarmed are the members whose NOSPACE alarm is raised; alarming

@@ -82,6 +82,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-gen-on-failed-auth", "a failed auth change does not void the leader's auth loads under way", &k.KeepGenOnFailedAuth},
 		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &k.SkipPrevReads},
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
+		{"gap-at-resume", "a node's watch feed resumes on a new leader one revision past its hub's", &k.GapAtResume},
 		{"progress-at-committed", "progress notifications say the commit point, even for a watch still catching up", &k.ProgressAtCommitted},
 		{"late-nested-compares", "a nested txn's compares see the writes before it in its branch", &c.LateNestedCompares},
 		{"latch-misses-range-start", "a range's latch does not wait for the latch of a put of its first key", &c.LatchMissesRangeStart},
