@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -319,11 +320,15 @@ func TestThreeProcessesOverTiKV(t *testing.T) {
 	c := startProcCluster(t, 3)
 	kills := faultload.EnvInt(t, "AXON_PROC_KILLS", 5)
 	ld := faultload.Start(t, c, faultload.PinWatchers())
+	// When each instance died or froze: only then may its pinned
+	// watcher's stream break.
+	downs := make([][]int64, len(c.ins))
 	ld.AwaitWrites(ld.Now(), 150)
 	for k := range kills {
 		l := c.awaitLeader(10 * time.Second)
 		victim := c.ins[l]
 		at := ld.Now()
+		downs[l] = append(downs[l], at)
 		victim.kill()
 		ld.Mark(at, "SIGKILL "+victim.name)
 		nl := c.awaitLeader(10 * time.Second)
@@ -338,6 +343,7 @@ func TestThreeProcessesOverTiKV(t *testing.T) {
 	l := c.awaitLeader(10 * time.Second)
 	f := c.ins[(l+1)%len(c.ins)]
 	at := ld.Now()
+	downs[(l+1)%len(c.ins)] = append(downs[(l+1)%len(c.ins)], at)
 	f.signal(t, syscall.SIGSTOP)
 	ld.Mark(at, "SIGSTOP "+f.name)
 	ld.During(2500 * time.Millisecond)
@@ -346,6 +352,7 @@ func TestThreeProcessesOverTiKV(t *testing.T) {
 	// And the leader frozen likewise: it wakes after its lease ran out.
 	l = c.awaitLeader(10 * time.Second)
 	at = ld.Now()
+	downs[l] = append(downs[l], at)
 	c.ins[l].signal(t, syscall.SIGSTOP)
 	ld.Mark(at, "SIGSTOP leader "+c.ins[l].name)
 	ld.During(2500 * time.Millisecond)
@@ -354,8 +361,27 @@ func TestThreeProcessesOverTiKV(t *testing.T) {
 
 	res := ld.Finish(c.engine())
 	c.checkLogs()
+	checkPinnedStreams(t, c, ld.PinnedOpens(), downs)
 	res.LogWindows(t, "process fault")
 	applied, dropped := ld.Uncertain()
 	t.Logf("%d leader kills: %d client errors (%s); %d watch relists; %d writes failed at the client and applied, %d not",
 		kills, res.Errors, faultload.DescribeErrors(res.Errs), res.Relists, applied, dropped)
+}
+
+// checkPinnedStreams fails the test if a pinned watcher's stream broke
+// while its instance lived: every instance serves its watches itself, so
+// a leader's death elsewhere must not end them. Each stream after a
+// watcher's first must follow a death (or freeze) of its own instance
+// since the stream before.
+func checkPinnedStreams(t *testing.T, c *procCluster, opens, downs [][]int64) {
+	t.Helper()
+	for i, o := range opens {
+		for j := 1; j < len(o); j++ {
+			if !slices.ContainsFunc(downs[i], func(at int64) bool { return at >= o[j-1] && at < o[j] }) {
+				t.Errorf("%s's pinned watcher opened a stream at %v, with its instance up since its stream of %v: the stream broke while the instance lived",
+					c.ins[i].name, time.Duration(o[j]).Round(time.Millisecond), time.Duration(o[j-1]).Round(time.Millisecond))
+			}
+		}
+		t.Logf("%s's pinned watcher: %d streams, %d deaths or freezes of its instance", c.ins[i].name, len(o), len(downs[i]))
+	}
 }

@@ -81,6 +81,9 @@ type Load struct {
 	until   time.Time          // maxLoad
 	clients []*clientv3.Client // of every endpoint (SetEndpoints)
 	pinned  []*clientv3.Client // of one endpoint each
+	// pinnedOpens holds, per pinned client, when it opened a Watch
+	// stream that the instance took (Now's clock).
+	pinnedOpens [][]int64
 
 	stopc    chan struct{} // writers and readers stop
 	finalc   chan struct{} // watchers catch up to finalRev and stop
@@ -160,7 +163,7 @@ func Start(t *testing.T, c Cluster, opts ...Option) *Load {
 	l := &Load{t: t, c: c, base: time.Now(), stopc: make(chan struct{}), finalc: make(chan struct{}), errs: map[string]int{}}
 	l.until = l.base.Add(maxLoad)
 	t.Cleanup(l.stop)
-	newClient := func(eps ...string) *clientv3.Client {
+	newClient := func(eps []string, more ...grpc.DialOption) *clientv3.Client {
 		// Count watch streams: more than one per watch means clientv3
 		// resumed it on a new stream after the old one broke.
 		countStreams := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -170,14 +173,14 @@ func Start(t *testing.T, c Cluster, opts ...Option) *Load {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(countStreams)}})
+			DialOptions: append([]grpc.DialOption{grpc.WithChainStreamInterceptor(countStreams)}, more...)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cli
 	}
 	all := func() *clientv3.Client {
-		cli := newClient(c.Endpoints()...)
+		cli := newClient(c.Endpoints())
 		l.clients = append(l.clients, cli)
 		return cli
 	}
@@ -197,13 +200,37 @@ func Start(t *testing.T, c Cluster, opts ...Option) *Load {
 	}
 	if o.pinned {
 		for i, ep := range c.Endpoints() {
-			cli := newClient(ep)
+			l.pinnedOpens = append(l.pinnedOpens, nil)
+			opened := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				s, err := streamer(ctx, desc, cc, method, opts...)
+				if err == nil && method == "/etcdserverpb.Watch/Watch" {
+					l.mu.Lock()
+					l.pinnedOpens[i] = append(l.pinnedOpens[i], l.Now())
+					l.mu.Unlock()
+				}
+				return s, err
+			}
+			cli := newClient([]string{ep}, grpc.WithChainStreamInterceptor(opened))
 			l.pinned = append(l.pinned, cli)
 			l.watchers.Add(1)
 			go l.listWatcher(watcherBase+nWatchers+i, cli)
 		}
 	}
 	return l
+}
+
+// PinnedOpens reports, for each endpoint's pinned watcher (PinWatchers,
+// in the order of Endpoints at Start), when its client opened a Watch
+// stream the instance took, on Now's clock: a stream after the first is
+// one that broke and was resumed.
+func (l *Load) PinnedOpens() [][]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([][]int64, len(l.pinnedOpens))
+	for i, o := range l.pinnedOpens {
+		out[i] = slices.Clone(o)
+	}
+	return out
 }
 
 // Now is monotonic time since the load started, in nanoseconds.
