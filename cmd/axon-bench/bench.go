@@ -72,7 +72,16 @@ QueryRegion stream), and with one client the sequential round trips; the
 instances' background work (leadership renewals, presence records,
 client-go's refreshes) counts too. A judged run:
   axon-bench --store tikv-cluster --clients 1,64 --tikv-rpc-delay 0
-  axon-bench --store tikv-cluster --clients 1,64 --tikv-rpc-delay 500us`,
+  axon-bench --store tikv-cluster --clients 1,64 --tikv-rpc-delay 500us
+
+--watch-fanout N with --store tikv-cluster runs instead of the workloads,
+on Axon only: N prefix watches with prev_kv, watcher i pinned to instance
+i%3, see --ops writes (default 5000) made through every instance; it
+reports the events each instance sent per committed event (its
+etcd_debugging_mvcc_events_total plus axon_watch_feed_events_sent_total)
+and its CPU per 1,000 events, the leader's apart, and the time until
+every watcher had every event. E.g.:
+  axon-bench --store tikv-cluster --watch-fanout 1000 --runs 2`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE:         func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f, o) },
@@ -215,6 +224,9 @@ func runBench(cmd *cobra.Command, f benchFlags, o bench.Options) error {
 	o, err := benchOptions(cmd.Flags(), f, o)
 	if err != nil {
 		return err
+	}
+	if cmd.Flags().Changed("watch-fanout") && f.tikv.store != "tikv-cluster" {
+		return fmt.Errorf("--watch-fanout is for --store tikv-cluster")
 	}
 	// This binary runs the reference etcd (etcd-reference).
 	if o.EtcdBinary, err = os.Executable(); err != nil {

@@ -112,6 +112,10 @@ func TestStoreFlagRefusals(t *testing.T) {
 		{[]string{"--store", "tikv-cluster", "--tikv-regions", "4"}, "--tikv-regions is for --store tikv-mock"},
 		{[]string{"--store", "tikv-cluster", "--workloads", "list"}, `unknown tikv workload "list"`},
 		{[]string{"--store", "tikv-cluster", "--tls"}, "plaintext only"},
+		{[]string{"--watch-fanout", "30"}, "--watch-fanout is for --store tikv-cluster"},
+		{[]string{"--store", "tikv-cluster", "--watch-fanout", "30", "--workloads", "get"}, "drop --workloads"},
+		{[]string{"--store", "tikv-cluster", "--watch-fanout", "30", "--systems", "axon,etcd"}, "axon only"},
+		{[]string{"--store", "tikv-cluster", "--watch-fanout", "-1"}, "want >= 0"},
 	} {
 		cmd := rootCmd()
 		var out bytes.Buffer

@@ -13,9 +13,10 @@ import (
 
 // tikvBenchFlags choose the TiKV round-trip benchmark.
 type tikvBenchFlags struct {
-	store    string
-	rpcDelay time.Duration
-	regions  int
+	store       string
+	rpcDelay    time.Duration
+	regions     int
+	watchFanout int
 }
 
 func (f *tikvBenchFlags) register(fl *pflag.FlagSet) {
@@ -24,6 +25,8 @@ func (f *tikvBenchFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.rpcDelay, "tikv-rpc-delay", 0, "with --store tikv-mock: delay added to every TiKV RPC and PD timestamp call (default 1ms); "+
 		"with tikv-cluster: the endpoint's --rpc-delay, waited before it answers each PD and TiKV request (default 0)")
 	fl.IntVar(&f.regions, "tikv-regions", 16, "with --store tikv-mock: regions per key space (latest, history)")
+	fl.IntVar(&f.watchFanout, "watch-fanout", 0, "with --store tikv-cluster: instead of the workloads, open this many prefix watches with prev_kv, watcher i pinned to instance i%3, "+
+		"write --ops events (default 5000, within --max-time, default 2m) through every instance and report the events each instance sends and its CPU per committed event (axon only)")
 }
 
 // runTiKVBench runs `axon-bench --store tikv-mock` or `--store
@@ -54,9 +57,23 @@ func runTiKVBench(ctx context.Context, cmd *cobra.Command, f benchFlags, o bench
 		if fl.Changed("tikv-regions") {
 			return fmt.Errorf("--tikv-regions is for --store tikv-mock; the tikv-cluster endpoint serves one region")
 		}
-		c := bench.ClusterOptions{RPCDelay: f.tikv.rpcDelay, Workloads: workloads}
+		c := bench.ClusterOptions{RPCDelay: f.tikv.rpcDelay, Workloads: workloads, WatchFanout: f.tikv.watchFanout}
 		if !fl.Changed("clients") && !f.quick {
 			o.Clients = []int{64}
+		}
+		if c.WatchFanout != 0 {
+			if workloads != nil {
+				return fmt.Errorf("--watch-fanout runs instead of the workloads: drop --workloads")
+			}
+			if !fl.Changed("systems") {
+				o.Systems = []string{"axon"}
+			}
+			if !fl.Changed("ops") && !f.quick {
+				o.Ops = 5000
+			}
+			if !fl.Changed("max-time") && !f.quick {
+				o.MaxTime = 2 * time.Minute
+			}
 		}
 		rep, err := bench.RunCluster(ctx, o, c)
 		if rep != nil {

@@ -52,6 +52,9 @@ type ClusterOptions struct {
 	RPCDelay time.Duration `json:"rpc_delay"`
 	// Workloads to run, of TiKVWorkloads; nil means all.
 	Workloads []string `json:"workloads"`
+	// WatchFanout, if positive, runs the watch fan-out with that many
+	// watchers instead of the workloads (Axon only; see fanout.go).
+	WatchFanout int `json:"watch_fanout,omitempty"`
 }
 
 // ClusterReport is the outcome of RunCluster: both systems' rows, with
@@ -65,6 +68,8 @@ type ClusterReport struct {
 	// Idle holds, per Axon run, what the endpoint served while the
 	// instances had no client.
 	Idle []*IdleLoad `json:"idle"`
+	// Fanout holds the watch fan-out's runs, in run order.
+	Fanout []*FanoutRun `json:"fanout,omitempty"`
 }
 
 // EndpointLoad is what the endpoint served during one row of one run.
@@ -99,8 +104,9 @@ type IdleLoad struct {
 // (the endpoint and etcd run from it), Systems, Runs, Clients, Conns (per
 // system; Axon's are split evenly among the instances, rounded up), Ops,
 // MaxTime, ValueSize, Keys, OpTimeout, LoadClients, LoadBatch, WorkDir,
-// Keep, AxonFlags (added to every instance's flags) and Log. On error the
-// report holds the rows measured so far.
+// Keep, AxonFlags (added to every instance's flags) and Log. With
+// c.WatchFanout it runs the watch fan-out instead, with Ops writes. On
+// error the report holds the rows (or fan-out runs) measured so far.
 func RunCluster(ctx context.Context, o Options, c ClusterOptions) (*ClusterReport, error) {
 	o.Workloads = nil
 	if err := o.validate(); err != nil {
@@ -116,6 +122,12 @@ func RunCluster(ctx context.Context, o Options, c ClusterOptions) (*ClusterRepor
 	}
 	if c.RPCDelay < 0 {
 		return nil, fmt.Errorf("tikv rpc delay %v: want >= 0", c.RPCDelay)
+	}
+	if c.WatchFanout < 0 {
+		return nil, fmt.Errorf("watch fan-out %d: want >= 0", c.WatchFanout)
+	}
+	if c.WatchFanout > 0 && slices.Contains(o.Systems, "etcd") {
+		return nil, errors.New("the watch fan-out runs on axon only (--systems axon)")
 	}
 	if o.TLS {
 		return nil, errors.New("the cluster benchmark serves plaintext only")
@@ -140,14 +152,17 @@ func RunCluster(ctx context.Context, o Options, c ClusterOptions) (*ClusterRepor
 	}
 	log.Info("bench tikv-cluster", "work-dir", work, "fsync-p50", fmtMs(rep.Fsync.P50Ms), "fsync-p99", fmtMs(rep.Fsync.P99Ms),
 		"rpc-delay", c.RPCDelay, "instances", ClusterInstances, "systems", o.Systems, "runs", o.Runs,
-		"workloads", c.Workloads, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
+		"workloads", c.Workloads, "watch-fanout", c.WatchFanout, "clients", o.Clients, "ops", o.Ops, "max-time", o.MaxTime)
 	for run := range max(o.Runs, 1) {
 		for _, name := range o.Systems {
 			r := &runner{o: o, sys: systems[name], log: log.With("system", name, "run", run+1), rep: &rep.Report,
 				dir: filepath.Join(work, fmt.Sprintf("%s-%d", name, run+1)), loaded: map[int]*server{}}
-			if name == "axon" {
+			switch {
+			case c.WatchFanout > 0:
+				err = r.fanout(ctx, rep, c)
+			case name == "axon":
 				err = r.cluster(ctx, rep, c)
-			} else {
+			default:
 				err = r.reference(ctx, c.Workloads)
 			}
 			if cerr := r.cleanup(); err == nil {
@@ -477,6 +492,9 @@ func isOther(typ string) bool { return strings.Contains(typ, "/") }
 // client count: each system's figures, the ratios, and the calls to the
 // endpoint per op.
 func (rep *ClusterReport) WriteTable(w io.Writer) error {
+	if rep.Cluster.WatchFanout > 0 {
+		return rep.writeFanout(w)
+	}
 	runs := 0
 	for _, r := range rep.Rows {
 		for _, rs := range r.Runs {

@@ -35,6 +35,38 @@ tikv_server_tso_timestamps_total 3e+06
 	}
 }
 
+func TestParseWatchCounts(t *testing.T) {
+	for _, tt := range []struct {
+		name, text string
+		want       watchCounts
+	}{
+		{"both counters", `# HELP etcd_debugging_mvcc_events_total Total number of events sent by this member.
+# TYPE etcd_debugging_mvcc_events_total counter
+etcd_debugging_mvcc_events_total 5e+06
+# TYPE axon_watch_feed_events_sent_total counter
+axon_watch_feed_events_sent_total 10000
+axon_watch_slow_canceled_total 3
+etcd_debugging_mvcc_put_total 5000
+`, watchCounts{events: 5e6, feed: 1e4, slow: 3}},
+		{"no feed counter", "etcd_debugging_mvcc_events_total 42\naxon_watch_slow_canceled_total 0\n", watchCounts{events: 42}},
+		{"labeled others", `etcd_debugging_mvcc_events_total 7
+grpc_server_handled_total{grpc_code="OK",grpc_method="Watch"} 9
+`, watchCounts{events: 7}},
+		{"none", "", watchCounts{}},
+	} {
+		var c watchCounts
+		if err := parseWatchCounts(strings.NewReader(tt.text), &c); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		} else if c != tt.want {
+			t.Errorf("%s: parsed %+v; want %+v", tt.name, c, tt.want)
+		}
+	}
+	var c watchCounts
+	if err := parseWatchCounts(strings.NewReader("etcd_debugging_mvcc_events_total x\n"), &c); err == nil {
+		t.Error("a line without a number parsed")
+	}
+}
+
 // TestClusterQuick builds axon and axon-bench, runs the cluster
 // benchmark's quick form (the endpoint and three instances beside etcd)
 // and checks its figures are sane.
@@ -111,5 +143,39 @@ func TestClusterQuick(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("the table lacks %q", want)
 		}
+	}
+
+	// A tiny watch fan-out on a fresh cluster.
+	o.Systems, o.Ops = []string{"axon"}, 50
+	frep, err := RunCluster(ctx, o, ClusterOptions{WatchFanout: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := frep.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	if len(frep.Fanout) != 1 {
+		t.Fatalf("%d fan-out runs; want 1", len(frep.Fanout))
+	}
+	f := frep.Fanout[0]
+	if f.Watchers != 30 || f.Writes != 50 || f.Missing != 0 || f.DeliverySeconds <= 0 {
+		t.Errorf("fan-out: %+v; want 30 watchers with all of 50 writes each", f)
+	}
+	l := f.leader()
+	if l == nil || len(f.followers()) != ClusterInstances-1 {
+		t.Fatalf("fan-out: leader %q among %d instances", f.Leader, len(f.Instances))
+	}
+	if l.EventsPerEvent <= 0 {
+		t.Errorf("fan-out leader: %+v; want events sent per event", l)
+	}
+	for _, in := range f.Instances {
+		if in.Watchers != 10 {
+			t.Errorf("fan-out: %s has %d watchers; want 10", in.Name, in.Watchers)
+		}
+	}
+	if !strings.Contains(buf.String(), "events sent/event") {
+		t.Error("the fan-out table lacks its header")
 	}
 }

@@ -80,6 +80,9 @@
 // shape beside etcd: three `axon serve --store tikv` processes sharing one
 // `axon-bench tikv-server` endpoint, client i on instance i%3, the
 // systems alternating as in Run; the endpoint counts what it answers.
+// With ClusterOptions.WatchFanout it measures instead, on Axon only, the
+// watch fan-out (fanout.go): N watchers pinned to the instances, writes
+// through all of them, and the events each instance sent per write.
 //
 // # Measurements
 //
