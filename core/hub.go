@@ -48,12 +48,33 @@ func (h *Hub) Committed() int64 { return h.committed }
 // Compacted is the compact revision the hub knows.
 func (h *Hub) Compacted() int64 { return h.compacted }
 
+// MarkPrevUnread returns ev, whose previous value was not read, as a feed
+// carries it: its PrevKv a copy whose Version is negated (a version is
+// never below 1). Publish takes it back as Event.PrevUnread, so that the
+// value is read only where a watcher wants it.
+func MarkPrevUnread(ev *mvccpb.Event) *mvccpb.Event {
+	p := *ev.PrevKv
+	p.Version = -p.Version
+	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &p}
+}
+
+// feedEvent is the Event of a revision a feed brought (MarkPrevUnread).
+func feedEvent(rev int64, e *mvccpb.Event) Event {
+	p := e.PrevKv
+	if p == nil || p.Version >= 0 {
+		return Event{Rev: rev, Event: e}
+	}
+	pk := *p
+	pk.Version = -p.Version
+	return Event{Rev: rev, Event: &mvccpb.Event{Type: e.Type, Kv: e.Kv, PrevKv: &pk}, PrevUnread: true}
+}
+
 // Publish takes the events of the revisions after Committed up to synced,
 // ordered by revision (each event's Kv.ModRevision is its revision, as in
-// etcd), with every revision whole, and hands them to the watches.
-// Revisions at or below Committed are skipped: a feed resumed from its
-// last revision may bring some twice. compacted is the feed's compact
-// revision (0: unknown).
+// etcd), with every revision whole, and hands them to the watches; an
+// event's previous value may be unread (MarkPrevUnread). Revisions at or
+// below Committed are skipped: a feed resumed from its last revision may
+// bring some twice. compacted is the feed's compact revision (0: unknown).
 func (h *Hub) Publish(events []*mvccpb.Event, synced, compacted int64) {
 	for len(events) > 0 {
 		rev := events[0].Kv.ModRevision
@@ -64,7 +85,7 @@ func (h *Hub) Publish(events []*mvccpb.Event, synced, compacted int64) {
 		if rev > h.committed {
 			evs := make([]Event, i)
 			for j, e := range events[:i] {
-				evs[j] = Event{Rev: rev, Event: e}
+				evs[j] = feedEvent(rev, e)
 			}
 			h.committed = rev
 			h.publish(rev, evs)

@@ -18,12 +18,14 @@ import (
 // because a leader died.
 //
 // A feed is a WatchStream opened by NewFeedStream, with one watch of the
-// whole keyspace with previous values, in etcd's wire form, but for two
+// whole keyspace with previous values, in etcd's wire form, but for three
 // meanings of its own: a response's header revision is the revision the
-// feed is synced to (not the leader's commit point), and its
-// CompactRevision is the leader's compact revision (not only on a
-// cancellation). Its responses hold whole revisions once fragments are
-// put together.
+// feed is synced to (not the leader's commit point); its CompactRevision
+// is the leader's compact revision (not only on a cancellation); and a
+// previous value the write did not read is not read for the feed either,
+// but marked (core.MarkPrevUnread), so that it is read only by the
+// streams that want it. Its responses hold whole revisions once fragments
+// are put together.
 
 // FeedProgressEvery is how often a feed stream sends its revision when it
 // is synced: the revisions with no events (a fenced one) reach the hubs,

@@ -381,7 +381,17 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 				"watch", id, "synced_to", wr.Revision, "compact_revision", wr.CompactRevision)
 		}
 	}
-	ws.queue(&watchOut{r: r, unread: wr.Unread, fragment: ws.fragment[wr.ID] && len(r.Events) > 1})
+	out := &watchOut{r: r, unread: wr.Unread, fragment: ws.fragment[wr.ID] && len(r.Events) > 1}
+	if ws.feed && len(wr.Unread) > 0 {
+		// A feed leaves previous values to the hubs, which read them
+		// where a watcher wants them (no watcher: no read).
+		r.Events = slices.Clone(r.Events)
+		for _, i := range wr.Unread {
+			r.Events[i] = core.MarkPrevUnread(r.Events[i])
+		}
+		out.unread = nil
+	}
+	ws.queue(out)
 }
 
 // forget drops a watch from the stream and the driver. Called with the

@@ -13,13 +13,15 @@
 // membership changes answer Unimplemented), Maintenance (Status, Alarm,
 // Defragment, Hash, HashKV, MoveLeader, Snapshot as an etcd snapshot),
 // Auth, gRPC health, and the instances' own peer service (ReadIndex,
-// Nudge).
+// Nudge, Follow).
 //
 // Several instances may share one engine; one leads. On a follower, unary
 // calls that must run on the leader are forwarded to it (forward, lead:
-// driver.Lead), Watch and LeaseKeepAlive streams are relayed to it
-// (proxy.go), and reads run locally at a read index the leader gives
-// (readSnapshot, driver.BeginRead). A leader reads at its own commit point. Members announce
+// driver.Lead), LeaseKeepAlive streams are relayed to it (proxy.go), and
+// reads run locally at a read index the leader gives (readSnapshot,
+// driver.BeginRead). Every instance serves its clients' watches from its
+// own hub, fed by the leader's revisions over the Follow peer stream
+// (feed.go, driver.Feed). A leader reads at its own commit point. Members announce
 // themselves in the engine (members.go); MoveLeader and Handoff hand the
 // lead over.
 //

@@ -57,8 +57,9 @@
 // (driver.StartWork, Job.Commit), a read's snapshot (driver.BeginRead),
 // the auth checks (driver.AuthorizeLeader, driver.Authorize) and
 // keepalives (driver.KeepAlive) are the server's own;
-// what stays here is the world around them: the network (net.go, with the
-// follower's relay of a watch to the leader), the nodes' clocks and
+// so are the hubs every node serves its watches from and their feeds
+// (driver.Feed), which the network carries here (feed.go);
+// what stays here is the world around them: the network (net.go), the nodes' clocks and
 // crashes (node.go), the engine's latency and faults, and the clients,
 // which decode the streams as clientv3 does (fragments put together).
 // What stays in server/ is gRPC: decoding, the handlers' goroutines and

@@ -160,6 +160,7 @@ func (n *node) endFeed(fs *feedSub, epoch int, err error) {
 		fs.ws.Close()
 	}
 	if err != nil && fs.to.epoch == fs.toEpoch && fs.to.up {
+		n.w.fault("feed-cut", "%s's feed from %s ends: %v", fs.to.id(), n.id(), err)
 		fs.f.End(err)
 	}
 	delete(fs.to.heard, fs.f)
