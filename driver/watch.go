@@ -59,6 +59,7 @@ type WatchStream struct {
 	notify   map[core.WatchID]bool // created with progress_notify
 	fragment map[core.WatchID]bool // created with fragment
 	stopped  bool
+	closed   bool // Close ran: what waited for the hub does nothing
 	done     chan struct{}
 	// taken holds what Next took from out and could not ready yet (the
 	// previous values' read failed): it goes first next time.
@@ -101,7 +102,13 @@ type registry interface {
 func (ws *WatchStream) step(f func(r registry)) bool {
 	d := ws.d
 	if !ws.feed {
-		d.Step(func(*core.Member) { d.onHub(func(h *core.Hub) { f(h) }) }, nil)
+		d.Step(func(*core.Member) {
+			d.onHub(func(h *core.Hub) {
+				if !ws.closed {
+					f(h)
+				}
+			})
+		}, nil)
 		return true
 	}
 	led := d.Step(nil, func(n *core.Node) { f(n) })
@@ -261,6 +268,7 @@ func (ws *WatchStream) Refuse(reason string) {
 func (ws *WatchStream) Close() {
 	d := ws.d
 	d.Step(func(*core.Member) {
+		ws.closed = true
 		var r registry
 		switch n := d.m.Node(); {
 		case !ws.feed && d.hub != nil:
