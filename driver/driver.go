@@ -120,8 +120,10 @@ type TestingKnobs struct {
 	// connection), as it does a refusal, so a write may apply twice.
 	RetryUnknownOutcome bool
 	// ProgressAtCommitted: a progress notification (progress_notify)
-	// says the commit point even for a watch still catching up, not the
-	// revision it is synced to, so its client skips events it never got.
+	// says the member's commit point (a follower's: the newest it
+	// learned) even for a watch still catching up or on a hub behind it,
+	// not the revision the watch is synced to, so its client skips events
+	// it never got.
 	ProgressAtCommitted bool
 	// GapAtResume: a member's feed resumes on a new leader one revision
 	// past its hub's, so the hub's watches skip that revision's events.
@@ -303,11 +305,14 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 		}
 	}
 	if n := d.m.Node(); n != nil {
-		for _, wr := range rd.WatchResponses {
+		for i, wr := range rd.WatchResponses {
 			if ws := d.watches[wr.ID]; ws != nil {
 				ws.deliver(n, wr)
+			} else if f := d.feed; f != nil && f.watch == wr.ID {
+				d.localGot(n, &rd.WatchResponses[i])
 			}
 		}
+		d.localGot(n, nil)
 	}
 	if rd.RoleChanged {
 		d.auth.gen.Add(1) // another leader may have changed the auth store

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -11,8 +12,10 @@ import (
 
 // Every member serves its clients' watches from its own hub (core.Hub),
 // fed by one stream of the leader's committed revisions: its feed. On the
-// leader the feed is a watch on its own node; on a follower it is the
-// same watch on the leader's node, carried by the Transport. When the
+// leader the feed is a watch on its own node, whose responses go to the
+// hub in the step that made them (no stream, no goroutine between); on a
+// follower it is the same watch on the leader's node, carried by the
+// Transport. When the
 // leader changes, the feed resumes from the hub's revision on the new
 // one, and the members' watch streams go on: no client watch ends
 // because a leader died.
@@ -37,9 +40,11 @@ const FeedProgressEvery = 100 * time.Millisecond
 // receives to Got and says once, by End, that it ended.
 type Feed struct {
 	d *Driver
-	// Addr is the leader's, "" for this member (the host opens
-	// NewFeedStream on its own driver).
+	// Addr is the leader's ("" for this member's own feed, which the
+	// driver serves itself: watch).
 	Addr string
+	// watch is the local feed's watch on this member's node.
+	watch core.WatchID
 	// From is the first revision wanted; 0: from the leader's commit
 	// point (the hub is not anchored yet).
 	From  int64
@@ -162,6 +167,9 @@ func (d *Driver) dropFeed(retry bool) {
 		return
 	}
 	d.feed = nil
+	if n := d.m.Node(); f.watch != 0 && n != nil {
+		n.CancelWatch(f.watch)
+	}
 	f.ended = true
 	close(f.done)
 	if retry && !d.feedPaused {
@@ -200,7 +208,59 @@ func (d *Driver) follow() func() {
 	}
 	f := &Feed{d: d, Addr: addr, From: from, term: term, done: make(chan struct{})}
 	d.feed = f
+	if addr == "" {
+		d.followSelf(f)
+		return nil
+	}
 	return func() { d.cfg.Transport.Follow(f) }
+}
+
+// followSelf feeds the hub from this leader's own node: a watch whose
+// responses localGot hands to the hub in the same step. Called with the
+// lock.
+func (d *Driver) followSelf(f *Feed) {
+	n := d.m.Node()
+	if d.hub == nil {
+		d.anchor(n.Committed(), n.Compacted())
+		f.From = n.Committed() + 1
+	}
+	d.nextWatch++
+	f.watch = d.nextWatch
+	if err := n.AddWatch(core.Watch{ID: f.watch, Key: []byte{0}, End: []byte{0}, StartRev: f.From, PrevKV: true}); err != nil {
+		f.watch = 0
+		d.dropFeed(true) // cannot be: the ID is new and the key set
+	}
+}
+
+// localGot takes a response of this leader's own feed into the hub; with
+// no response, it syncs the hub to the commit point once the feed is
+// (revisions without events). Called with the lock, from ready.
+func (d *Driver) localGot(n *core.Node, wr *core.WatchResponse) {
+	f := d.feed
+	if f == nil || f.watch == 0 {
+		return
+	}
+	switch {
+	case wr == nil:
+		if rev, ok := n.Progress(f.watch); ok {
+			d.hub.Publish(nil, rev, n.Compacted())
+		}
+	case wr.Canceled:
+		if wr.CompactRevision > 0 {
+			d.hub.Restart(wr.CompactRevision)
+		}
+		f.watch = 0 // gone from the node already
+		d.dropFeed(true)
+	case len(wr.Events) > 0:
+		evs := wr.Events
+		if len(wr.Unread) > 0 {
+			evs = slices.Clone(evs)
+			for _, i := range wr.Unread {
+				evs[i] = core.MarkPrevUnread(evs[i])
+			}
+		}
+		d.hub.Publish(evs, wr.Revision, n.Compacted())
+	}
 }
 
 // hubReady takes the hub's outputs: its watch responses go to the

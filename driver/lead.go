@@ -18,9 +18,9 @@ type Transport interface {
 	// answer does not come.
 	ReadIndex(addr string, done func(rev int64, err error))
 	// Follow opens f, a feed of the revisions of the leader at f.Addr
-	// ("" this member: NewFeedStream on its own driver) from f.From,
-	// hands what it receives to f.Got in order and calls f.End once if
-	// it ends; it stops once f.Done closes.
+	// from f.From (its NewFeedStream), hands what it receives to f.Got in
+	// order and calls f.End once if it ends; it stops once f.Done
+	// closes.
 	Follow(f *Feed)
 }
 

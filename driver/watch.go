@@ -238,7 +238,7 @@ func (ws *WatchStream) NotifyProgress() {
 		for _, gid := range slices.Sorted(maps.Keys(ws.notify)) {
 			rev, ok := n.Progress(gid)
 			if ws.d.cfg.Testing.ProgressAtCommitted {
-				rev, ok = n.Committed(), true
+				rev, ok = ws.d.committed(), true
 			}
 			if ok {
 				r := &pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]}

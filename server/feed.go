@@ -52,8 +52,9 @@ func (s *Server) serveFollow(from int64, ss grpc.ServerStream) error {
 	})
 }
 
-// Follow opens a feed into this instance's hub (driver.Transport): from
-// its own node when it leads, else over the peer stream to the leader.
+// Follow opens a feed into this instance's hub from the leader, over the
+// peer stream (driver.Transport; the driver feeds a leader's hub
+// itself).
 func (t peerTransport) Follow(f *driver.Feed) {
 	s := t.s
 	s.bg.work.Add(1)
@@ -68,28 +69,10 @@ func (t peerTransport) Follow(f *driver.Feed) {
 			case <-ctx.Done():
 			}
 		}()
-		var err error
-		if f.Addr == "" {
-			err = s.followSelf(ctx, f)
-		} else {
-			err = s.followLeader(ctx, f)
-		}
-		if !errors.Is(err, errFeedOver) {
+		if err := s.followLeader(ctx, f); !errors.Is(err, errFeedOver) {
 			f.End(err)
 		}
 	}()
-}
-
-// followSelf feeds the hub from this leader's own node.
-func (s *Server) followSelf(ctx context.Context, f *driver.Feed) error {
-	ws := s.drv.NewFeedStream(f.From, s.feedConfig())
-	defer ws.Close()
-	return s.pump(ctx, ws, driver.FeedProgressEvery, nil, func(rs []*pb.WatchResponse) error {
-		if !f.Got(rs) {
-			return errFeedOver
-		}
-		return nil
-	})
 }
 
 // followLeader feeds the hub from the leader at f.Addr.

@@ -10,9 +10,9 @@ import (
 	"github.com/axon-kv/axon/driver"
 )
 
-// A node's watch hub is fed by a feed (driver/feed.go): a stream from the
-// leader's node, on the node itself when it leads, else over the
-// simulated network, as the server's Follow peer stream. Like a client's
+// A node's watch hub is fed by a feed (driver/feed.go): on the leader
+// the driver's own, on a follower a stream from the leader's node over
+// the simulated network, as the server's Follow peer stream. Like a client's
 // watch stream it is FIFO and loses nothing while it lasts; a partition,
 // a crash of either end or the leader stepping down ends it.
 
@@ -35,10 +35,6 @@ const feedSilence = time.Second
 // Follow opens f (driver.Transport).
 func (t simTransport) Follow(f *driver.Feed) {
 	n := t.n
-	if f.Addr == "" {
-		n.serveFeed(n, n.epoch, f)
-		return
-	}
 	l := n.w.nodeAt(f.Addr)
 	if l == nil {
 		f.End(core.ErrNotLeader)
@@ -74,8 +70,7 @@ func (n *node) feedHeard(f *driver.Feed, last time.Duration) time.Duration {
 	return last
 }
 
-// serveFeed opens on this leader the feed of node to (itself, when to is
-// n).
+// serveFeed opens on this leader the feed of node to.
 func (n *node) serveFeed(to *node, toEpoch int, f *driver.Feed) {
 	fs := &feedSub{from: n, to: to, toEpoch: toEpoch, f: f, lastAt: n.w.now}
 	fs.ws = n.drv.NewFeedStream(f.From, driver.WatchConfig{
@@ -99,18 +94,15 @@ func (n *node) feedProgress(fs *feedSub) {
 }
 
 // flushFeed carries what the feed holds to the node it feeds, in order,
-// after a network delay (none to itself). It runs with the driver's lock
+// after a network delay. It runs with the driver's lock
 // held (WatchConfig.Queued): it only schedules.
 func (n *node) flushFeed(fs *feedSub) {
 	if fs.flushing || fs.over {
 		return
 	}
 	fs.flushing = true
-	var d time.Duration
-	if fs.to != n {
-		d = max(fs.lastAt, n.w.now+n.w.between(0, n.w.plan.NetDelay)) - n.w.now
-		fs.lastAt = n.w.now + d
-	}
+	d := max(fs.lastAt, n.w.now+n.w.between(0, n.w.plan.NetDelay)) - n.w.now
+	fs.lastAt = n.w.now + d
 	epoch := n.epoch
 	n.w.after(d, "feed", func() {
 		fs.flushing = false
@@ -125,7 +117,7 @@ func (n *node) flushFeed(fs *feedSub) {
 		case n.epoch != epoch || to.epoch != fs.toEpoch || !to.up:
 			n.endFeed(fs, epoch, nil) // an end crashed: the stream is gone
 			return
-		case to != n && (n.isolated || to.isolated):
+		case n.isolated || to.isolated:
 			n.endFeed(fs, epoch, core.ErrTimeout)
 			return
 		}

@@ -229,13 +229,15 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		seeds: 20,
 	}, {
 		// The watch stream the server runs (WatchStream.NotifyProgress)
-		// tells a progress_notify watch still catching up the commit
-		// point: its client takes events it never got as delivered, and
-		// resumes, or is canceled for compaction, past them.
+		// tells a progress_notify watch the member's commit point, where
+		// the watch (catching up, or on a hub behind it) is synced to
+		// less: its client takes events it never got as delivered, and
+		// resumes, or is canceled for compaction, past them, or sees the
+		// next response's header go back.
 		name:  "progress-at-committed",
 		plant: func(c *Config, on bool) { c.Knobs.ProgressAtCommitted = on },
 		seeds: 20,
-		want:  []string{"ahead of events", "canceled for compaction"},
+		want:  []string{"ahead of events", "canceled for compaction", "went back"},
 	}, {
 		// A node's hub resumes its feed on a new leader one revision
 		// past the last it has (driver.Feed): the watches of the

@@ -83,7 +83,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"skip-prev-reads", "the watch sender sends events without reading the previous values their writes left unread", &k.SkipPrevReads},
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
 		{"gap-at-resume", "a node's watch feed resumes on a new leader one revision past its hub's", &k.GapAtResume},
-		{"progress-at-committed", "progress notifications say the commit point, even for a watch still catching up", &k.ProgressAtCommitted},
+		{"progress-at-committed", "progress notifications say the member's commit point, even for a watch still catching up or on a hub behind it", &k.ProgressAtCommitted},
 		{"late-nested-compares", "a nested txn's compares see the writes before it in its branch", &c.LateNestedCompares},
 		{"latch-misses-range-start", "a range's latch does not wait for the latch of a put of its first key", &c.LatchMissesRangeStart},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
