@@ -21,7 +21,6 @@ type pinnedWatcher struct {
 	streams atomic.Int64
 	wch     clientv3.WatchChan
 	events  []*clientv3.Event
-	done    bool
 }
 
 func watchPinned(t *testing.T, c *testCluster, i int, ctx context.Context, prefix string, from int64) *pinnedWatcher {

@@ -246,17 +246,7 @@ func (r *runner) fanoutRun(ctx context.Context, cl *cluster, n int) (*FanoutRun,
 		}()
 	}
 	// stop ends the watchers; their counts are safe to read after it.
-	stop := func() error {
-		cancel()
-		exited := make(chan struct{})
-		go func() { wg.Wait(); close(exited) }()
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(deliveryGrace):
-			return fmt.Errorf("watch fan-out: watchers did not stop")
-		}
-	}
+	stop := stopWatchers(cancel, &wg, "watch fan-out")
 	defer func() { _ = stop() }()
 	timeout := time.After(createdTimeout)
 	for range n {

@@ -90,17 +90,7 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 			}
 		}()
 	}
-	stop := func() error {
-		cancel()
-		exited := make(chan struct{})
-		go func() { wg.Wait(); close(exited) }()
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(deliveryGrace):
-			return fmt.Errorf("%s: watchers did not stop", row.Name)
-		}
-	}
+	stop := stopWatchers(cancel, &wg, row.Name)
 	timeout := time.After(readyTimeout)
 	for range n {
 		select {
@@ -200,4 +190,20 @@ func (r *runner) watch(ctx context.Context, s *server, writer *clientv3.Client, 
 	res.FromSendP50Ms, res.FromSendP99Ms = p50p99(fromSend)
 	r.record(row, res)
 	return r.alive(s)
+}
+
+// stopWatchers returns what ends watchers: cancel their context, then
+// wait for wg, at most deliveryGrace (what names them in the error).
+func stopWatchers(cancel context.CancelFunc, wg *sync.WaitGroup, what string) func() error {
+	return func() error {
+		cancel()
+		exited := make(chan struct{})
+		go func() { wg.Wait(); close(exited) }()
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(deliveryGrace):
+			return fmt.Errorf("%s: watchers did not stop", what)
+		}
+	}
 }
