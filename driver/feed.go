@@ -35,6 +35,13 @@ import (
 // and with them progress notifications.
 const FeedProgressEvery = 100 * time.Millisecond
 
+// FeedSilence is how long a member waits without a word from its feed
+// before it takes the feed as broken and opens another: a leader that
+// vanished without closing the stream (a partition, a frozen process)
+// would otherwise hold the hub, and every watch on it, until the next
+// leader change. A live feed speaks every FeedProgressEvery.
+const FeedSilence = 2 * time.Second
+
 // Feed is one stream of the leader's revisions into this member's hub,
 // opened by the Transport's host (Transport.Follow), which hands what it
 // receives to Got and says once, by End, that it ended.
@@ -51,6 +58,7 @@ type Feed struct {
 	term  int64
 	done  chan struct{}
 	ended bool
+	heard time.Duration // when it last spoke, on the member's clock
 	// frags holds the events of a response received in fragments.
 	frags []*mvccpb.Event
 }
@@ -116,6 +124,7 @@ func (d *Driver) feedGot(f *Feed, rs []*pb.WatchResponse) bool {
 	if d.feed != f {
 		return false
 	}
+	f.heard = d.cfg.Clock.Now()
 	for _, r := range rs {
 		rev := r.GetHeader().GetRevision()
 		switch {
@@ -212,7 +221,29 @@ func (d *Driver) follow() func() {
 		d.followSelf(f)
 		return nil
 	}
+	f.heard = d.cfg.Clock.Now()
+	d.watchFeed(f)
 	return func() { d.cfg.Transport.Follow(f) }
+}
+
+// watchFeed drops f, for another, once it has been silent for
+// FeedSilence. Called with the lock.
+func (d *Driver) watchFeed(f *Feed) {
+	d.cfg.Clock.AfterFunc(FeedSilence/2, func() {
+		d.Step(func(*core.Member) {
+			if d.feed != f {
+				return
+			}
+			if d.cfg.Clock.Now()-f.heard < FeedSilence {
+				d.watchFeed(f)
+				return
+			}
+			if d.cfg.Log != nil {
+				d.cfg.Log.Warn("watch feed silent; opening another", "leader", f.Addr, "silent", FeedSilence)
+			}
+			d.dropFeed(true)
+		}, nil)
+	})
 }
 
 // followSelf feeds the hub from this leader's own node: a watch whose

@@ -64,6 +64,28 @@ type WatchStream struct {
 	// taken holds what Next took from out and could not ready yet (the
 	// previous values' read failed): it goes first next time.
 	taken []*watchOut
+	// told and quiet are a feed's: the revision and compact revision
+	// its last response said, and the progress ticks since.
+	told  [2]int64
+	quiet int
+}
+
+// feedKeepAlive is how many progress ticks a feed with nothing new lets
+// pass before it speaks anyway, so that its member does not take it for
+// broken (FeedSilence).
+const feedKeepAlive = int(FeedSilence / FeedProgressEvery / 4)
+
+// feedProgressDue says whether a feed's progress at rev is worth sending:
+// its revision or compact revision moved since its last response (the
+// revisions without events), or it has been quiet long enough. Called
+// with the driver's lock held.
+func (ws *WatchStream) feedProgressDue(rev, compacted int64) bool {
+	ws.quiet++
+	if [2]int64{rev, compacted} == ws.told && ws.quiet < feedKeepAlive {
+		return false
+	}
+	ws.told, ws.quiet = [2]int64{rev, compacted}, 0
+	return true
 }
 
 // watchOut is a queued response, with what Next does to it first: read
@@ -240,6 +262,9 @@ func (ws *WatchStream) NotifyProgress() {
 			if ws.d.cfg.Testing.ProgressAtCommitted {
 				rev, ok = ws.d.committed(), true
 			}
+			if ok && ws.feed && !ws.feedProgressDue(rev, n.Compacted()) {
+				continue
+			}
 			if ok {
 				r := &pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]}
 				if ws.feed {
@@ -363,6 +388,7 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 		// The feed's own meanings (feed.go): the revision it is synced
 		// to, and the compact revision.
 		r.Header, r.CompactRevision = ws.cfg.Header(wr.Revision), n.Compacted()
+		ws.told, ws.quiet = [2]int64{wr.Revision, r.CompactRevision}, 0
 	}
 	if !ws.out.Admit(n, wr) {
 		ws.forget(wr.ID)

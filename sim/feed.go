@@ -27,11 +27,6 @@ type feedSub struct {
 	over     bool
 }
 
-// feedSilence is how long a node waits without a word from its feed
-// (which says its revision every driver.FeedProgressEvery) before it
-// takes the feed as broken, as a peer stream's keepalive would.
-const feedSilence = time.Second
-
 // Follow opens f (driver.Transport).
 func (t simTransport) Follow(f *driver.Feed) {
 	n := t.n
@@ -40,34 +35,8 @@ func (t simTransport) Follow(f *driver.Feed) {
 		f.End(core.ErrNotLeader)
 		return
 	}
-	n.watchFeed(f, n.w.now)
 	epoch := n.epoch
 	n.w.send(n, l, "follow", func() { l.serveFeed(n, epoch, f) })
-}
-
-// watchFeed ends f if nothing comes from it for feedSilence.
-func (n *node) watchFeed(f *driver.Feed, last time.Duration) {
-	n.on(feedSilence/4, "feed-watchdog", func() {
-		select {
-		case <-f.Done():
-			return
-		default:
-		}
-		if n.w.now-n.feedHeard(f, last) >= feedSilence {
-			n.w.note("%s: feed from %s silent, resumes", n.id(), f.Addr)
-			f.End(core.ErrTimeout)
-			return
-		}
-		n.watchFeed(f, n.feedHeard(f, last))
-	})
-}
-
-// feedHeard is when n last heard from f (or last, if never since).
-func (n *node) feedHeard(f *driver.Feed, last time.Duration) time.Duration {
-	if at, ok := n.heard[f]; ok && at > last {
-		return at
-	}
-	return last
 }
 
 // serveFeed opens on this leader the feed of node to.
@@ -127,7 +96,6 @@ func (n *node) flushFeed(fs *feedSub) {
 			n.w.after(n.latency()+time.Millisecond, "feed-retry", func() { n.flushFeed(fs) })
 			return
 		}
-		to.heard[fs.f] = n.w.now
 		if len(rs) > 0 && !fs.f.Got(rs) {
 			n.endFeed(fs, epoch, nil)
 			return
@@ -155,5 +123,4 @@ func (n *node) endFeed(fs *feedSub, epoch int, err error) {
 		n.w.fault("feed-cut", "%s's feed from %s ends: %v", fs.to.id(), n.id(), err)
 		fs.f.End(err)
 	}
-	delete(fs.to.heard, fs.f)
 }

@@ -33,7 +33,6 @@ type node struct {
 	calls         map[core.RequestID]*call // every call proposed here, for ground truth
 	nextWatch     core.WatchID
 	subs          map[core.WatchID]*watchSub
-	heard         map[*driver.Feed]time.Duration // when each feed last spoke
 }
 
 // watchSub is a client's watch stream served by this node while it
@@ -71,7 +70,6 @@ func (n *node) start() {
 	n.epoch++
 	n.calls = map[core.RequestID]*call{}
 	n.subs = map[core.WatchID]*watchSub{}
-	n.heard = map[*driver.Feed]time.Duration{}
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
