@@ -124,7 +124,8 @@ func TestARevokeIsSeenByEveryInstanceAtOnce(t *testing.T) {
 			_, rerr := kv.Range(alice, &pb.RangeRequest{Key: []byte("k")})
 			_, serr := kv.Range(alice, &pb.RangeRequest{Key: []byte("k"), Serializable: true})
 			_, werr := kv.Put(alice, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-			for what, err := range map[string]error{"read": rerr, "serializable read": serr, "write": werr} {
+			werrWatch := watchK(alice, conn)
+			for what, err := range map[string]error{"read": rerr, "serializable read": serr, "write": werr, "watch": werrWatch} {
 				if granted && err != nil {
 					t.Errorf("round %d, instance %d: %s after the grant: %v", round, i, what, err)
 				}
@@ -134,6 +135,31 @@ func TestARevokeIsSeenByEveryInstanceAtOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// watchK creates a watch of k through conn and returns etcd's refusal
+// as an error (rpctypes.ErrGRPCPermissionDenied), nil if it was created.
+// Every instance serves watches itself, so each checks the permission.
+func watchK(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
+		return err
+	}
+	r, err := stream.Recv()
+	switch {
+	case err != nil:
+		return err
+	case r.Canceled && r.CancelReason == rpctypes.ErrGRPCPermissionDenied.Error():
+		return rpctypes.ErrGRPCPermissionDenied
+	case r.Canceled || !r.Created:
+		return errors.New("watch: " + r.String())
+	}
+	return nil
 }
 
 // change is one grant or revoke as the client saw it.
