@@ -53,20 +53,21 @@ func (h *Hub) Compacted() int64 { return h.compacted }
 // never below 1). Publish takes it back as Event.PrevUnread, so that the
 // value is read only where a watcher wants it.
 func MarkPrevUnread(ev *mvccpb.Event) *mvccpb.Event {
-	p := *ev.PrevKv
-	p.Version = -p.Version
-	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: &p}
+	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: negateVersion(ev.PrevKv)}
+}
+
+// negateVersion is a copy of kv with its version negated.
+func negateVersion(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
+		Version: -kv.Version, Value: kv.Value, Lease: kv.Lease}
 }
 
 // feedEvent is the Event of a revision a feed brought (MarkPrevUnread).
 func feedEvent(rev int64, e *mvccpb.Event) Event {
-	p := e.PrevKv
-	if p == nil || p.Version >= 0 {
+	if p := e.PrevKv; p == nil || p.Version >= 0 {
 		return Event{Rev: rev, Event: e}
 	}
-	pk := *p
-	pk.Version = -p.Version
-	return Event{Rev: rev, Event: &mvccpb.Event{Type: e.Type, Kv: e.Kv, PrevKv: &pk}, PrevUnread: true}
+	return Event{Rev: rev, Event: &mvccpb.Event{Type: e.Type, Kv: e.Kv, PrevKv: negateVersion(e.PrevKv)}, PrevUnread: true}
 }
 
 // Publish takes the events of the revisions after Committed up to synced,
