@@ -98,6 +98,14 @@ func (d *Driver) NewFeedStream(from int64, cfg WatchConfig) *WatchStream {
 	return ws
 }
 
+// Anchored reports whether the member's hub is anchored: its first feed
+// has spoken.
+func (d *Driver) Anchored() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hub != nil
+}
+
 // Hub is the member's watch hub, nil until its first feed anchored it;
 // read it with the lock held (the simulator's checks).
 func (d *Driver) Hub() *core.Hub { return d.hub }

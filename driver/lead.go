@@ -238,6 +238,10 @@ func (d *Driver) leaderAddr() (string, bool) {
 	return rec.Addr, true
 }
 
+// LeaderOf is the address of the leader this member believes in, unless
+// it is this member or unknown.
+func (d *Driver) LeaderOf() (string, bool) { return d.leaderAddr() }
+
 // AwaitLeader calls f once the leader this member knows changes, or
 // after RetryEvery if it does not (a leader that was unreachable may be
 // reachable again), and asks the member to read the election record now.

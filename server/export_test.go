@@ -22,6 +22,10 @@ func (s *Server) DropPeerConnections(d time.Duration) {
 	}
 }
 
+// RefuseFollow is a test hook: this instance, leading, answers the
+// Follow peer stream Unimplemented, as a binary without it does.
+func (s *Server) RefuseFollow() { s.peers.refuseFollow.Store(true) }
+
 // PeerSecretKey and PeerProofKey name where the instances' secret lives
 // in the engine and the metadata a proved call carries.
 const (

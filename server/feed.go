@@ -7,6 +7,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/axon-kv/axon/driver"
 )
@@ -37,6 +39,9 @@ func (s *Server) feedConfig() driver.WatchConfig {
 
 // serveFollow serves another instance's feed from this leader's node.
 func (s *Server) serveFollow(from int64, ss grpc.ServerStream) error {
+	if s.peers.refuseFollow.Load() {
+		return status.Error(codes.Unimplemented, "unknown method Follow for service "+peerService)
+	}
 	ws := s.drv.NewFeedStream(from, s.feedConfig())
 	defer ws.Close()
 	return s.pump(ss.Context(), ws, driver.FeedProgressEvery, nil, func(rs []*pb.WatchResponse) error {
@@ -91,13 +96,49 @@ func (s *Server) followLeader(ctx context.Context, f *driver.Feed) error {
 	if err := stream.CloseSend(); err != nil {
 		return err
 	}
-	for {
+	for first := true; ; first = false {
 		r := &pb.WatchResponse{}
 		if err := stream.RecvMsg(r); err != nil {
+			if first && status.Code(err) == codes.Unimplemented {
+				// A leader of an older binary, in a rolling upgrade:
+				// ask again now and then, not every RetryEvery.
+				s.peers.noFollow.Store(&f.Addr)
+				select {
+				case <-time.After(driver.FeedSilence):
+				case <-ctx.Done():
+				}
+			}
 			return err
+		}
+		if first {
+			s.peers.noFollow.Store(nil)
 		}
 		if !f.Got([]*pb.WatchResponse{r}) {
 			return errFeedOver
+		}
+	}
+}
+
+// relayWatches says whether this instance must relay a client's watch
+// stream to the leader: it follows one that serves no feed (a binary
+// from before every instance served watches, during a rolling upgrade),
+// so its own hub gets nothing. Until its hub is anchored (just started)
+// it waits, at most FeedSilence, to learn which.
+func (s *Server) relayWatches(ctx context.Context) bool {
+	deadline := time.Now().Add(driver.FeedSilence)
+	for {
+		if addr := s.peers.noFollow.Load(); addr != nil && !s.Leading() {
+			if leader, ok := s.drv.LeaderOf(); ok && leader == *addr {
+				return true
+			}
+		}
+		if s.drv.Anchored() || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -88,6 +89,13 @@ type peers struct {
 	// cutUntil is a test hook (DropPeerConnections in export_test.go):
 	// until then conn fails as if the network to the peers were down.
 	cutUntil time.Time
+	// noFollow is the leader that answered the Follow stream
+	// Unimplemented (a binary from before it): while it leads, this
+	// instance relays its clients' watch streams to it instead.
+	noFollow atomic.Pointer[string]
+	// refuseFollow is a test hook (RefuseFollow): serve Follow as a
+	// binary without it would.
+	refuseFollow atomic.Bool
 }
 
 func newPeers(s *Server) *peers { return &peers{s: s, conns: map[string]*grpc.ClientConn{}} }

@@ -109,6 +109,12 @@ func (s *Server) awaitLeaderConn(ctx context.Context) *grpc.ClientConn {
 	return cc
 }
 
+func (s *Server) proxyWatch(down pb.Watch_WatchServer) error {
+	return proxy(s, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[pb.WatchRequest, pb.WatchResponse], error) {
+		return pb.NewWatchClient(cc).Watch(ctx)
+	})
+}
+
 func (s *Server) proxyKeepAlive(down pb.Lease_LeaseKeepAliveServer) error {
 	return proxy(s, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse], error) {
 		return pb.NewLeaseClient(cc).LeaseKeepAlive(ctx)

@@ -19,6 +19,9 @@ type watchServer struct {
 
 func (w watchServer) Watch(stream pb.Watch_WatchServer) error {
 	s := w.s
+	if s.relayWatches(stream.Context()) {
+		return s.proxyWatch(stream)
+	}
 	ws := s.drv.NewWatchStream(driver.WatchConfig{Limit: s.cfg.WatchQueue, FragmentBytes: s.cfg.MaxRequestBytes,
 		Header: s.header, Slow: func(int64) { s.metrics.axon.slowWatchers.Inc() }})
 	defer ws.Close()

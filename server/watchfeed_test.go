@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axon-kv/axon/storage/memkv"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -143,5 +144,46 @@ func TestWatchesOutliveTheLeader(t *testing.T) {
 			t.Errorf("%s's watcher opened %d streams: its stream broke across the leader's death", c.ins[pw.at].name, n)
 		}
 		t.Logf("%s's watcher: %d events on one stream across %d leader deaths", c.ins[pw.at].name, len(pw.events), phases-1)
+	}
+}
+
+// TestWatchesRelayedToALeaderWithoutFeeds: in a rolling upgrade a leader
+// of an older binary answers the Follow stream Unimplemented; a follower
+// then relays its clients' watch streams to it, as before, and they get
+// their events.
+func TestWatchesRelayedToALeaderWithoutFeeds(t *testing.T) {
+	c := newCluster(t, memkv.New(), 3)
+	c.startAll()
+	for _, in := range c.ins {
+		in.srv.RefuseFollow()
+	}
+	// A new leader, refusing from its first feed on.
+	l := c.awaitLeader()
+	c.ins[l].stop()
+	c.start(l)
+	c.ins[l].srv.RefuseFollow()
+	l = c.awaitLeader()
+	f := (l + 1) % 3
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(c.ins[f].addr)
+	wch := cli.Watch(ctx, "/old/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	writer := c.client(c.endpoints()...)
+	for i := range 5 {
+		if _, err := writer.Put(ctx, fmt.Sprintf("/old/k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	for got < 5 {
+		select {
+		case wr := <-wch:
+			if err := wr.Err(); err != nil {
+				t.Fatal(err)
+			}
+			got += len(wr.Events)
+		case <-ctx.Done():
+			t.Fatalf("%d of 5 events through %s, whose leader serves no feed", got, c.ins[f].name)
+		}
 	}
 }
