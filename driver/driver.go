@@ -143,6 +143,7 @@ type TestingKnobs struct {
 type Driver struct {
 	cfg     Config
 	m       *core.Member
+	self    string // the member's ID
 	mu      sync.Locker
 	nextID  core.RequestID
 	waiters map[core.RequestID]func(core.Response)
@@ -178,7 +179,7 @@ func New(cfg Config) *Driver {
 	if cfg.AuthSecret == nil {
 		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
 	}
-	return &Driver{cfg: cfg, m: cfg.Member, mu: mu, waiters: map[core.RequestID]func(core.Response){},
+	return &Driver{cfg: cfg, m: cfg.Member, self: cfg.Member.Config().ID, mu: mu, waiters: map[core.RequestID]func(core.Response){},
 		engineDeadline: cfg.Member.Config().EngineDeadline, catchUpBatch: cfg.Member.Config().Node.CatchUpBatch, keys: newKeyCache(cfg.KeyCacheBytes)}
 }
 

@@ -206,8 +206,8 @@ func (d *Driver) follow() func() {
 	}
 	addr, term, ok := "", int64(0), false
 	if d.m.Node() != nil {
-		term, ok = d.m.Config().Node.Term, true
-	} else if rec, known := d.m.Leader(); known && rec.Holder != d.m.Config().ID && rec.Addr != "" {
+		term, ok = d.m.Term(), true
+	} else if rec, known := d.m.Leader(); known && rec.Holder != d.self && rec.Addr != "" {
 		addr, term, ok = rec.Addr, rec.Term, true
 	}
 	if f := d.feed; f != nil && (!ok || f.Addr != addr || f.term != term) {
