@@ -468,6 +468,29 @@ func (d *Driver) stopWatches() {
 	clear(d.watches)
 }
 
+// EndWatchStreams stops every client stream on this member's hub, as a
+// leader's feed streams stop when it loses the lead: the host ends them
+// and their clients resume, here or elsewhere. For a hub that will get
+// nothing (a leader that serves no feed) while the host relays new
+// streams to the leader instead.
+func (d *Driver) EndWatchStreams() {
+	d.Step(func(*core.Member) {
+		seen := map[*WatchStream]bool{}
+		// In watch order: the simulator replays by seed.
+		for _, gid := range slices.Sorted(maps.Keys(d.hubWatches)) {
+			ws := d.hubWatches[gid]
+			if ws == nil || seen[ws] {
+				continue
+			}
+			seen[ws] = true
+			for _, g := range slices.Sorted(maps.Keys(ws.remote)) {
+				d.hub.CancelWatch(g)
+			}
+			ws.stop()
+		}
+	}, nil)
+}
+
 // WatchCounts reports the client watches this member serves and the
 // streams they are on (feeds not counted).
 func (d *Driver) WatchCounts() (watches, streams int) {

@@ -103,6 +103,9 @@ func (s *Server) followLeader(ctx context.Context, f *driver.Feed) error {
 				// A leader of an older binary, in a rolling upgrade:
 				// ask again now and then, not every RetryEvery.
 				s.peers.noFollow.Store(&f.Addr)
+				// Watches on the hub would get nothing: their clients
+				// resume, and are relayed (relayWatches).
+				s.drv.EndWatchStreams()
 				select {
 				case <-time.After(driver.FeedSilence):
 				case <-ctx.Done():
