@@ -48,12 +48,21 @@ func (h *Hub) Committed() int64 { return h.committed }
 // Compacted is the compact revision the hub knows.
 func (h *Hub) Compacted() int64 { return h.compacted }
 
-// MarkPrevUnread returns ev, whose previous value was not read, as a feed
-// carries it: its PrevKv a copy whose Version is negated (a version is
-// never below 1). Publish takes it back as Event.PrevUnread, so that the
-// value is read only where a watcher wants it.
-func MarkPrevUnread(ev *mvccpb.Event) *mvccpb.Event {
-	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: negateVersion(ev.PrevKv)}
+// FeedEvents returns wr's events as a feed carries them: an event whose
+// previous value was not read (wr.Unread) is replaced by a copy whose
+// PrevKv's Version is negated (a version is never below 1). Publish takes
+// it back as Event.PrevUnread, so that the value is read only where a
+// watcher wants it.
+func FeedEvents(wr WatchResponse) []*mvccpb.Event {
+	if len(wr.Unread) == 0 {
+		return wr.Events
+	}
+	evs := slices.Clone(wr.Events)
+	for _, i := range wr.Unread {
+		ev := evs[i]
+		evs[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: negateVersion(ev.PrevKv)}
+	}
+	return evs
 }
 
 // negateVersion is a copy of kv with its version negated.
@@ -62,7 +71,7 @@ func negateVersion(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
 		Version: -kv.Version, Value: kv.Value, Lease: kv.Lease}
 }
 
-// feedEvent is the Event of a revision a feed brought (MarkPrevUnread).
+// feedEvent is the Event of a revision a feed brought (FeedEvents).
 func feedEvent(rev int64, e *mvccpb.Event) Event {
 	if p := e.PrevKv; p == nil || p.Version >= 0 {
 		return Event{Rev: rev, Event: e}
@@ -73,7 +82,7 @@ func feedEvent(rev int64, e *mvccpb.Event) Event {
 // Publish takes the events of the revisions after Committed up to synced,
 // ordered by revision (each event's Kv.ModRevision is its revision, as in
 // etcd), with every revision whole, and hands them to the watches; an
-// event's previous value may be unread (MarkPrevUnread). Revisions at or
+// event's previous value may be unread (FeedEvents). Revisions at or
 // below Committed are skipped: a feed resumed from its last revision may
 // bring some twice. compacted is the feed's compact revision (0: unknown).
 func (h *Hub) Publish(events []*mvccpb.Event, synced, compacted int64) {

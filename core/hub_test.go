@@ -115,9 +115,9 @@ func TestHubUnreadPreviousValues(t *testing.T) {
 	_ = h.AddWatch(core.Watch{ID: 2, Key: []byte("a")})
 	ev := put("a", 12, 5)
 	ev.PrevKv.Value = nil
-	h.Publish([]*mvccpb.Event{core.MarkPrevUnread(ev)}, 12, 0)
+	h.Publish(core.FeedEvents(core.WatchResponse{Events: []*mvccpb.Event{ev}, Unread: []int{0}}), 12, 0)
 	if ev.PrevKv.Version != 1 {
-		t.Fatalf("MarkPrevUnread changed the event it was given: version %d", ev.PrevKv.Version)
+		t.Fatalf("FeedEvents changed the event it was given: version %d", ev.PrevKv.Version)
 	}
 	rd := h.Ready()
 	if len(rd.WatchResponses) != 2 {

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -26,7 +25,7 @@ import (
 // feed is synced to (not the leader's commit point); its CompactRevision
 // is the leader's compact revision (not only on a cancellation); and a
 // previous value the write did not read is not read for the feed either,
-// but marked (core.MarkPrevUnread), so that it is read only by the
+// but marked (core.FeedEvents), so that it is read only by the
 // streams that want it. Its responses hold whole revisions once fragments
 // are put together.
 
@@ -57,7 +56,6 @@ type Feed struct {
 	From  int64
 	term  int64
 	done  chan struct{}
-	ended bool
 	heard time.Duration // when it last spoke, on the member's clock
 	// frags holds the events of a response received in fragments.
 	frags []*mvccpb.Event
@@ -137,12 +135,7 @@ func (d *Driver) feedGot(f *Feed, rs []*pb.WatchResponse) bool {
 		rev := r.GetHeader().GetRevision()
 		switch {
 		case r.Canceled:
-			if r.CompactRevision > 0 && d.hub != nil {
-				// The history the hub needs next is gone: its watches
-				// end as compacted, and it goes on from what is left.
-				d.hub.Restart(r.CompactRevision)
-			}
-			d.dropFeed(true)
+			d.feedCanceled(r.CompactRevision)
 			return false
 		case r.Created:
 			if d.hub == nil {
@@ -187,7 +180,6 @@ func (d *Driver) dropFeed(retry bool) {
 	if n := d.m.Node(); f.watch != 0 && n != nil {
 		n.CancelWatch(f.watch)
 	}
-	f.ended = true
 	close(f.done)
 	if retry && !d.feedPaused {
 		d.feedPaused = true
@@ -285,21 +277,22 @@ func (d *Driver) localGot(n *core.Node, wr *core.WatchResponse) {
 			d.hub.Publish(nil, rev, n.Compacted())
 		}
 	case wr.Canceled:
-		if wr.CompactRevision > 0 {
-			d.hub.Restart(wr.CompactRevision)
-		}
 		f.watch = 0 // gone from the node already
-		d.dropFeed(true)
+		d.feedCanceled(wr.CompactRevision)
 	case len(wr.Events) > 0:
-		evs := wr.Events
-		if len(wr.Unread) > 0 {
-			evs = slices.Clone(evs)
-			for _, i := range wr.Unread {
-				evs[i] = core.MarkPrevUnread(evs[i])
-			}
-		}
-		d.hub.Publish(evs, wr.Revision, n.Compacted())
+		d.hub.Publish(core.FeedEvents(*wr), wr.Revision, n.Compacted())
 	}
+}
+
+// feedCanceled ends a feed the leader canceled: as too slow (it resumes),
+// or with compacted set because the history the hub needs next is gone
+// (its watches that needed it end as compacted, and it goes on from what
+// is left). Called with the lock.
+func (d *Driver) feedCanceled(compacted int64) {
+	if compacted > 0 && d.hub != nil {
+		d.hub.Restart(compacted)
+	}
+	d.dropFeed(true)
 }
 
 // hubReady takes the hub's outputs: its watch responses go to the

@@ -419,11 +419,7 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 	if ws.feed && len(wr.Unread) > 0 {
 		// A feed leaves previous values to the hubs, which read them
 		// where a watcher wants them (no watcher: no read).
-		r.Events = slices.Clone(r.Events)
-		for _, i := range wr.Unread {
-			r.Events[i] = core.MarkPrevUnread(r.Events[i])
-		}
-		out.unread = nil
+		r.Events, out.unread = core.FeedEvents(wr), nil
 	}
 	ws.queue(out)
 }
