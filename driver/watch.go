@@ -68,6 +68,21 @@ type WatchStream struct {
 	// its last response said, and the progress ticks since.
 	told  [2]int64
 	quiet int
+	// floor is the lowest header revision a client stream may still
+	// send: the highest it sent, or a resumed watch's start - 1.
+	floor int64
+}
+
+// header is the header of a response at rev. A client stream's never go
+// back: a hub behind what its client already saw (a watch resumed here
+// from another instance) says that instead. Called with the driver's
+// lock held.
+func (ws *WatchStream) header(rev int64) *pb.ResponseHeader {
+	if !ws.feed {
+		rev = max(rev, ws.floor)
+		ws.floor = rev
+	}
+	return ws.cfg.Header(rev)
 }
 
 // feedKeepAlive is how many progress ticks a feed with nothing new lets
@@ -183,7 +198,12 @@ func (ws *WatchStream) Create(c *pb.WatchCreateRequest) bool {
 				}
 			}
 		}
-		hdr := ws.cfg.Header(n.Committed())
+		if c.StartRevision > 0 {
+			// A watch resumed here starts after what its client saw, on
+			// whichever instance: no header goes back below that.
+			ws.floor = max(ws.floor, c.StartRevision-1)
+		}
+		hdr := ws.header(n.Committed())
 		if _, used := ws.local[id]; used || len(c.Key) == 0 {
 			reason := "mvcc: watcher already exists"
 			if len(c.Key) == 0 {
@@ -230,7 +250,7 @@ func (ws *WatchStream) Cancel(id int64) {
 		}
 		n.CancelWatch(gid)
 		ws.forget(gid)
-		ws.push(&pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: id, Canceled: true})
+		ws.push(&pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: id, Canceled: true})
 	})
 }
 
@@ -241,7 +261,7 @@ func (ws *WatchStream) RequestProgress() {
 	ws.step(func(n registry) {
 		ids := slices.Sorted(maps.Keys(ws.remote))
 		if !n.RequestProgress(ids...) {
-			ws.push(&pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: -1})
+			ws.push(&pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: -1})
 		}
 	})
 }
@@ -266,7 +286,7 @@ func (ws *WatchStream) NotifyProgress() {
 				continue
 			}
 			if ok {
-				r := &pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: ws.remote[gid]}
+				r := &pb.WatchResponse{Header: ws.header(rev), WatchId: ws.remote[gid]}
 				if ws.feed {
 					r.CompactRevision = n.Compacted()
 				}
@@ -286,7 +306,7 @@ func (ws *WatchStream) Refuse(reason string) {
 	if h := ws.d.hub; h != nil {
 		rev = h.Committed()
 	}
-	ws.push(&pb.WatchResponse{Header: ws.cfg.Header(rev), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+	ws.push(&pb.WatchResponse{Header: ws.header(rev), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
 }
 
 // Close cancels the stream's watches: the client has gone.
@@ -383,7 +403,7 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 	if !ok {
 		return
 	}
-	r := &pb.WatchResponse{Header: ws.cfg.Header(n.Committed()), WatchId: id, Events: wr.Events}
+	r := &pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: id, Events: wr.Events}
 	if ws.feed {
 		// The feed's own meanings (feed.go): the revision it is synced
 		// to, and the compact revision.
@@ -400,7 +420,7 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 	}
 	if wr.Requested {
 		// The answer to RequestProgress is the stream's, not a watch's.
-		r.Header, r.WatchId = ws.cfg.Header(wr.Revision), -1
+		r.Header, r.WatchId = ws.header(wr.Revision), -1
 	}
 	if wr.Canceled {
 		// As etcd: a watch canceled because its start revision was
