@@ -35,7 +35,8 @@ conformance:
 	cd conformance && $(GO) test -count=1 -v ./...
 
 # A real kube-apiserver v1.37.2 over Axon (one instance on Badger, three
-# over mock TiKV) and over embedded etcd, driven by client-go (kube/).
+# over mock TiKV in process, three axon serve processes over the
+# tikv-server endpoint) and over embedded etcd, driven by client-go (kube/).
 # The apiserver is built from the module proxy into kube/bin (about 15
 # minutes the first time, seconds when up to date); the apiserver's logs
 # and each setup's observations land in kube/_artifacts. .ci/run runs it,

@@ -90,11 +90,9 @@ var (
 )
 
 func setupNamed(name string) *setup {
-	for _, ss := range [][]setup{setups, procSetups} {
-		for i := range ss {
-			if ss[i].name == name {
-				return &ss[i]
-			}
+	for i := range setups {
+		if setups[i].name == name {
+			return &setups[i]
 		}
 	}
 	return nil

@@ -46,3 +46,29 @@ func TestFaultClass(t *testing.T) {
 		}
 	}
 }
+
+// TestApiserverOwnCancels: the apiserver's cancels of its own requests
+// compare as etcd's whatever its store's endpoints; another request's
+// "context canceled" does not.
+func TestApiserverOwnCancels(t *testing.T) {
+	etcdAlso := map[string]bool{}
+	for _, l := range etcdAlsoLogs {
+		etcdAlso[normalizeKlog(l)] = true
+	}
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		// axon-tikv-procs, 2026-12-02, 300 ms into an apiserver start.
+		{`E1202 13:48:29.152840   25114 watcher.go:458] failed to sync with latest state: context canceled`, true},
+		// axon-tikv, 2026-12-02, at an apiserver stop: three endpoints.
+		{`E1202 12:10:41.003117   24410 compact.go:207] etcd: endpoint ([http://127.0.0.1:40265 http://127.0.0.1:37285 http://127.0.0.1:45961]) compact failed: context canceled`, true},
+		{`E1202 12:10:41.003117   24410 compact.go:207] etcd: endpoint ([http://127.0.0.1:40265]) compact failed: etcdserver: request timed out`, false},
+		{`E1202 13:48:29.152840   25114 watcher.go:458] failed to sync with latest state: etcdserver: mvcc: required revision has been compacted`, false},
+		{`E1202 13:48:29.152840   25114 cacher.go:480] failed to list: context canceled`, false},
+	} {
+		if got := etcdAlso[normalizeKlog(tc.line)]; got != tc.want {
+			t.Errorf("%s: counted as etcd's %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}

@@ -1,7 +1,7 @@
 // Package kube runs a real kube-apiserver (v1.37.2, built from the module
 // proxy by the ./apiserver module) against Axon — one instance on Badger,
-// and three instances over one mock TiKV cluster; with -apiserver-procs also
-// three `axon serve` processes over one TiKV-speaking endpoint process
+// three instances over one mock TiKV cluster in the test process, and three
+// `axon serve` processes over one TiKV-speaking endpoint process
 // (`axon-bench tikv-server`) — and against embedded
 // etcd v3.7.3 as the control, and drives it end to end with client-go.
 // Everything lives in the tests; see README.md.

@@ -58,17 +58,6 @@ var setups = []setup{
 	{"etcd", "embedded etcd v3.7.3, three members (the control)", startEtcd},
 	{"axon-badger", "one Axon instance over Badger", startAxonBadger},
 	{"axon-tikv", "three Axon instances in the test process over one in-process mock TiKV cluster", startAxonTiKV},
-}
-
-// procSetups run only when asked (-apiserver-procs, or TestAPIServerBench's
-// -apiserver-bench-axon): axon-tikv-procs is production's shape, three
-// `axon serve --store tikv` processes over one `axon-bench tikv-server`
-// process, its leader process SIGKILLed mid-run. It is not in make
-// test-kube yet: after the kill the apiserver's watches, all served by the
-// dead leader, resume below a compaction and its caches relist (README.md,
-// "Processes: the open divergence"), which the in-process row, whose
-// killed leader's watches are no older than the load's, does not show.
-var procSetups = []setup{
 	{"axon-tikv-procs", "three `axon serve --store tikv` processes over one `axon-bench tikv-server` process", startAxonProcs},
 }
 
