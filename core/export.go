@@ -56,7 +56,7 @@ func exportEvents(rd Reader, from, to int64, batch int, fn func(Version) error) 
 	}
 	for from <= to {
 		var recs []revRec
-		err := scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
+		err := RecordScan{}.scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
 			rec, err := DecodeRevisionRecord(v)
 			if err != nil {
 				return false, err

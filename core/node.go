@@ -11,6 +11,8 @@ const (
 	DefaultMaxPending   = 10000
 	DefaultMinLeaseTTL  = 2
 	DefaultSweepBatch   = 512
+	// DefaultRevisionBatch: see Config.RevisionBatch.
+	DefaultRevisionBatch = 128
 )
 
 // Config tunes a node.
@@ -40,6 +42,11 @@ type Config struct {
 	// SweepBatch bounds the records one compaction sweep batch reads
 	// (default DefaultSweepBatch).
 	SweepBatch int
+	// RevisionBatch is how many revision records of each shard one
+	// round of a catch-up read takes before it merges them (default
+	// DefaultRevisionBatch). The simulator makes it small so that its
+	// short histories take many rounds.
+	RevisionBatch int
 	// Term is the leadership term the node deals in (Member sets it).
 	Term int64
 	// FreshFrom is the lowest revision no one but this node can have
@@ -63,6 +70,10 @@ type TestingKnobs struct {
 	// range over it, dealt one after the other, may evaluate on
 	// snapshots that miss each other.
 	LatchMissesRangeStart bool
+	// MergeSkipsFullShards: a round of the revision-record merge takes a
+	// shard whose batch came back full as read to the end of the range,
+	// so that shard's records past its batch are skipped.
+	MergeSkipsFullShards bool
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = DefaultSweepBatch
+	}
+	if c.RevisionBatch <= 0 {
+		c.RevisionBatch = DefaultRevisionBatch
 	}
 	return c
 }

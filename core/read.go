@@ -490,6 +490,11 @@ func sortKeyValues(kvs []*mvccpb.KeyValue, target pb.RangeRequest_SortTarget, de
 // revisions with events (0: no limit) and returns the last revision it
 // covered, so the caller can continue from there.
 func ReadEvents(rd Reader, from, to int64, limit int) (events []Event, last int64, err error) {
+	return RecordScan{}.ReadEvents(rd, from, to, limit)
+}
+
+// ReadEvents is the package's ReadEvents, reading records as sc says.
+func (sc RecordScan) ReadEvents(rd Reader, from, to int64, limit int) (events []Event, last int64, err error) {
 	last = from - 1
 	if from > to {
 		return nil, last, nil
@@ -499,7 +504,7 @@ func ReadEvents(rd Reader, from, to int64, limit int) (events []Event, last int6
 		rec RevisionRecord
 	}
 	var recs []revRec
-	err = scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
+	err = sc.scanRevisions(rd, from, to, func(rev int64, v []byte) (bool, error) {
 		rec, err := DecodeRevisionRecord(v)
 		if err != nil {
 			return false, err

@@ -7,19 +7,31 @@ import (
 	"slices"
 )
 
-// revisionBatch is how many records one round of scanRevisions reads
-// from each shard.
-const revisionBatch = 128
+// RecordScan is how revision records are read: the shards merged in
+// rounds of Batch records of each (0: DefaultRevisionBatch).
+type RecordScan struct {
+	Batch   int
+	Testing TestingKnobs
+}
+
+// Scan is c's RecordScan.
+func (c Config) Scan() RecordScan {
+	return RecordScan{Batch: c.RevisionBatch, Testing: c.Testing}
+}
 
 // scanRevisions calls fn with each revision record in [from, to], in
 // revision order, until fn returns false. It merges the shards in rounds:
-// each round reads up to revisionBatch records of every shard and hands
+// each round reads up to sc.Batch records of every shard and hands
 // out those below the first revision a shard may still hold unread. fn
 // runs after the round's scans, so it may read rd itself; v is its own.
-func scanRevisions(rd Reader, from, to int64, fn func(rev int64, v []byte) (bool, error)) error {
+func (sc RecordScan) scanRevisions(rd Reader, from, to int64, fn func(rev int64, v []byte) (bool, error)) error {
 	type record struct {
 		rev int64
 		v   []byte
+	}
+	batch := int64(sc.Batch)
+	if batch <= 0 {
+		batch = DefaultRevisionBatch
 	}
 	var recs []record
 	for from <= to {
@@ -30,14 +42,14 @@ func scanRevisions(rd Reader, from, to int64, fn func(rev int64, v []byte) (bool
 				n, last int64
 				decErr  error
 			)
-			err := rd.Scan(shardRevisionKey(s, from), shardRevisionKey(s, to+1), false, revisionBatch, func(k, v []byte) bool {
+			err := rd.Scan(shardRevisionKey(s, from), shardRevisionKey(s, to+1), false, int(batch), func(k, v []byte) bool {
 				var rev int64
 				if rev, decErr = DecodeRevisionKey(k); decErr != nil {
 					return false
 				}
 				recs = append(recs, record{rev, bytes.Clone(v)})
 				n, last = n+1, rev
-				return n < revisionBatch
+				return n < batch
 			})
 			if err == nil {
 				err = decErr
@@ -45,7 +57,7 @@ func scanRevisions(rd Reader, from, to int64, fn func(rev int64, v []byte) (bool
 			if err != nil {
 				return err
 			}
-			if n == revisionBatch {
+			if n == batch && !sc.Testing.MergeSkipsFullShards {
 				bound = min(bound, last)
 			}
 		}

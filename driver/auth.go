@@ -101,6 +101,7 @@ func (d *Driver) LoadAuth(l AuthLook, rd core.Reader) (*auth.Store, error) {
 	} else if st == nil {
 		st = auth.NewStore(nil)
 	}
+	st.Testing = d.cfg.Testing.Auth
 	d.keepAuth(&authCopy{store: st, gen: l.gen, leader: l.led})
 	if d.cfg.Testing.StaleAuthReads && l.follower {
 		d.auth.first.CompareAndSwap(nil, st)
@@ -255,6 +256,7 @@ func (d *Driver) changeAuth(c AuthChange, done func(*auth.Store, error)) {
 			}
 			st = auth.NewStore(secret)
 		}
+		st.Testing = d.cfg.Testing.Auth
 		if st.Enabled && c.Admit != nil {
 			if err := c.Admit(st); err != nil {
 				return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/axon-kv/axon/core"
+	"github.com/axon-kv/axon/core/auth"
 	"github.com/axon-kv/axon/storage"
 )
 
@@ -135,6 +136,15 @@ type TestingKnobs struct {
 	// storage/tikv's tsoGuard: reads answer old data, and a leader's key
 	// cache holds records its snapshot lacks.
 	StaleSnapshots bool
+	// HubOutputsBeforeFollow: the driver takes the hub's outputs before
+	// it opens the member's feed (as it once did), so what a hub that its
+	// leader's own feed anchors there answers at once (a watch from below
+	// the compaction, canceled) waits for the next step, and a progress
+	// notification of the same watch can go out first.
+	HubOutputsBeforeFollow bool
+	// Auth plants bugs of the auth store's: every store the driver reads
+	// from the engine carries them (auth.TestingKnobs).
+	Auth auth.TestingKnobs
 }
 
 // Driver runs a core.Member: it serialises calls into it, acts on its
@@ -170,6 +180,7 @@ type Driver struct {
 	// under the lock.
 	engineDeadline time.Duration
 	catchUpBatch   int
+	scan           core.RecordScan
 	begins         atomic.Uint64 // engine begins, for StaleSnapshots
 }
 
@@ -180,7 +191,7 @@ func New(cfg Config) *Driver {
 		cfg.AuthSecret = func() ([]byte, error) { return nil, nil }
 	}
 	return &Driver{cfg: cfg, m: cfg.Member, self: cfg.Member.Config().ID, mu: mu, waiters: map[core.RequestID]func(core.Response){},
-		engineDeadline: cfg.Member.Config().EngineDeadline, catchUpBatch: cfg.Member.Config().Node.CatchUpBatch, keys: newKeyCache(cfg.KeyCacheBytes)}
+		engineDeadline: cfg.Member.Config().EngineDeadline, catchUpBatch: cfg.Member.Config().Node.CatchUpBatch, scan: cfg.Member.Config().Node.Scan(), keys: newKeyCache(cfg.KeyCacheBytes)}
 }
 
 // KeyCacheStats reports the key cache's use (zero without one).
@@ -338,12 +349,22 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	if rd.HandedOff != nil && h.HandedOff != nil {
 		h.HandedOff(rd.HandedOff)
 	}
-	work = append(rd.Work, d.hubReady()...)
+	late := d.cfg.Testing.HubOutputsBeforeFollow
+	if late {
+		rd.Work = append(rd.Work, d.hubReady()...)
+	}
 	wake = d.leaderChanged()
 	if open := d.follow(); open != nil {
 		wake = append(wake, open)
 	}
-	return work, answers, wake
+	// After follow: a leader's own feed may anchor the hub there, and
+	// what the watches waiting for it got at once (a start below the
+	// compaction, canceled) must reach their streams in this step, before
+	// any progress notification of theirs.
+	if !late {
+		rd.Work = append(rd.Work, d.hubReady()...)
+	}
+	return rd.Work, answers, wake
 }
 
 // start hands work to the executor, a retry after its backoff, and wakes

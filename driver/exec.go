@@ -207,7 +207,7 @@ func (d *Driver) StartWork(ctx context.Context, eng storage.Engine, w *core.Work
 		if err != nil {
 			return j.end(Result{Err: err})
 		}
-		evs, last, err := core.ReadEvents(rd, w.From, w.To, d.catchUpBatch)
+		evs, last, err := d.scan.ReadEvents(rd, w.From, w.To, d.catchUpBatch)
 		return j.end(Result{Events: evs, Last: last, Compacted: compacted, Err: err})
 	case core.WorkRecover:
 		st, err := recoverIn(ctx, eng, txn)

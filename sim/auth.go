@@ -21,10 +21,13 @@ import (
 
 // The auth world: root (the admin client's user), users that the other
 // clients run as, roles the admin grants and revokes, and the key
-// ranges its permissions name. No two of the ranges are adjacent, and
-// each request's range lies within one of them or covers none, so one
-// permission covers a request or none does: the checker's model needs
-// no merging of ranges.
+// ranges its permissions name. They nest (points inside /e/, a range
+// from the point /e/a) and touch (/e/a–/e/b, /e/b–/e/hot, the point
+// /e/hot, /e/hot\x00–/e0 chain over the rest of /e/; the point
+// /registry/pods/a and the range just after it), so that a request's
+// range is often allowed only by the union of several permissions, of
+// one role or of several: etcd merges a user's permissions before it
+// checks one.
 const authRoot = "root"
 
 var (
@@ -36,6 +39,10 @@ var (
 		{key: "/e/a"},
 		{key: "/registry/pods/a"},
 		{key: "/e/hot"},
+		{key: "/e/a", end: "/e/b"},
+		{key: "/e/b", end: "/e/hot"},
+		{key: "/e/hot\x00", end: "/e0"},
+		{key: "/registry/pods/a\x00", end: "/registry/pods0"},
 	}
 )
 
@@ -60,6 +67,9 @@ func authSetup() []auth.Change {
 		grantPerm("r1", authPerms[0], authpb.READWRITE),
 		grantPerm("r2", authPerms[1], authpb.READWRITE),
 		grantPerm("r3", authPerms[2], authpb.READ),
+		// Touching spans: only together do they allow a range over both.
+		grantPerm("r3", authPerms[5], authpb.READWRITE),
+		grantPerm("r3", authPerms[6], authpb.READ),
 		&pb.AuthEnableRequest{})
 }
 

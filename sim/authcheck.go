@@ -18,22 +18,29 @@ import (
 )
 
 // authModel is the checker's own model of the auth store, written from
-// etcd's documentation for the changes the admin makes: a role's
-// permission is replaced by a grant of the same range and removed by a
-// revoke of it; a user's roles are a set. It shares no code with core.
+// etcd's documentation and etcd 3.7's behaviour for the changes the admin
+// makes: a user's roles are a set; a role's permissions are a list kept
+// in key order, changed as grantIn and a revoke say. It shares no code
+// with core.
 type authModel struct {
-	roles map[string]map[permKey]authpb.Permission_Type
+	roles map[string][]grant
 	users map[string]map[string]bool
 }
 
+// grant is one permission of a role: a range and its type.
+type grant struct {
+	permKey
+	t authpb.Permission_Type
+}
+
 func newAuthModel() *authModel {
-	return &authModel{roles: map[string]map[permKey]authpb.Permission_Type{}, users: map[string]map[string]bool{}}
+	return &authModel{roles: map[string][]grant{}, users: map[string]map[string]bool{}}
 }
 
 func (m *authModel) clone() *authModel {
 	c := newAuthModel()
 	for r, ps := range m.roles {
-		c.roles[r] = maps.Clone(ps)
+		c.roles[r] = slices.Clone(ps)
 	}
 	for u, rs := range m.users {
 		c.users[u] = maps.Clone(rs)
@@ -46,7 +53,7 @@ func (m *authModel) apply(ch auth.Change) {
 	case *pb.AuthUserAddRequest:
 		m.users[r.Name] = map[string]bool{}
 	case *pb.AuthRoleAddRequest:
-		m.roles[r.Name] = map[permKey]authpb.Permission_Type{}
+		m.roles[r.Name] = []grant{}
 	case *pb.AuthUserGrantRoleRequest:
 		if m.users[r.User] != nil {
 			m.users[r.User][r.Role] = true
@@ -54,12 +61,29 @@ func (m *authModel) apply(ch auth.Change) {
 	case *pb.AuthUserRevokeRoleRequest:
 		delete(m.users[r.Name], r.Role)
 	case *pb.AuthRoleGrantPermissionRequest:
-		if m.roles[r.Name] != nil {
-			m.roles[r.Name][permKey{string(r.Perm.Key), string(r.Perm.RangeEnd)}] = r.Perm.PermType
+		if ps, ok := m.roles[r.Name]; ok {
+			m.roles[r.Name] = grantIn(ps, grant{permKey{string(r.Perm.Key), string(r.Perm.RangeEnd)}, r.Perm.PermType})
 		}
 	case *pb.AuthRoleRevokePermissionRequest:
-		delete(m.roles[r.Role], permKey{string(r.Key), string(r.RangeEnd)})
+		p := permKey{string(r.Key), string(r.RangeEnd)}
+		m.roles[r.Role] = slices.DeleteFunc(m.roles[r.Role], func(g grant) bool { return g.permKey == p })
 	}
+}
+
+// grantIn is etcd 3.7's RoleGrantPermission: the permission at or after
+// g's key in key order takes g's type if it names g's range; otherwise g
+// goes in after the permissions of its key. So with two ranges from one
+// key (a point and a range from it), a grant of the second one adds a
+// copy of it rather than change it, and the copy of either type counts.
+func grantIn(ps []grant, g grant) []grant {
+	i, _ := slices.BinarySearchFunc(ps, g.key, func(x grant, k string) int { return strings.Compare(x.key, k) })
+	if i < len(ps) && ps[i].permKey == g.permKey {
+		ps[i].t = g.t
+		return ps
+	}
+	ps = append(ps, g)
+	slices.SortStableFunc(ps, func(x, y grant) int { return strings.Compare(x.key, y.key) })
+	return ps
 }
 
 // need is a range a request reads or writes: [key, end), end empty for
@@ -70,41 +94,67 @@ type need struct {
 }
 
 // allows reports whether user may do everything needs lists: the root
-// role may do all; otherwise each need lies in one permission of the
-// right type of one of the user's roles.
+// role may do all; otherwise each need lies in the union of the
+// permissions of the right type of the user's roles.
 func (m *authModel) allows(user string, needs []need) bool {
 	if m.users[user]["root"] {
 		return true
 	}
 	for _, n := range needs {
-		ok := false
+		var held []span
 		for role := range m.users[user] {
-			for p, t := range m.roles[role] {
-				if covers(p, n) && (t == authpb.READWRITE || (t == authpb.WRITE) == n.write) {
-					ok = true
+			for _, g := range m.roles[role] {
+				if g.t == authpb.READWRITE || (g.t == authpb.WRITE) == n.write {
+					held = append(held, spanOf(g.key, g.end))
 				}
 			}
 		}
-		if !ok {
+		if !unionHolds(held, spanOf(n.key, n.end)) {
 			return false
 		}
 	}
 	return true
 }
 
-// covers reports whether permission range p holds the range n needs.
-func covers(p permKey, n need) bool {
-	pEnd, nEnd := p.end, n.end
-	if pEnd == "" {
-		pEnd = p.key + "\x00"
+// span is a key interval [from, to); to is endless past every key.
+type span struct{ from, to string }
+
+// endless sorts after every key of the simulation (ASCII paths).
+const endless = "\xff"
+
+// spanOf is etcd's range (key, end): an empty end is the key alone,
+// "\x00" every key from key on.
+func spanOf(key, end string) span {
+	switch end {
+	case "":
+		return span{key, key + "\x00"}
+	case "\x00":
+		return span{key, endless}
 	}
-	if nEnd == "" {
-		nEnd = n.key + "\x00"
+	return span{key, end}
+}
+
+// unionHolds reports whether the spans together hold all of want. It cuts
+// want at every span's bounds inside it and asks, piece by piece, whether
+// one span holds the piece: no merging of spans.
+func unionHolds(spans []span, want span) bool {
+	cuts := []string{want.from, want.to}
+	for _, s := range spans {
+		for _, c := range []string{s.from, s.to} {
+			if c > want.from && c < want.to {
+				cuts = append(cuts, c)
+			}
+		}
 	}
-	if pEnd == "\x00" { // from the key on
-		return n.key >= p.key
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	for i := 0; i+1 < len(cuts); i++ {
+		lo, hi := cuts[i], cuts[i+1]
+		if !slices.ContainsFunc(spans, func(s span) bool { return s.from <= lo && hi <= s.to }) {
+			return false
+		}
 	}
-	return n.key >= p.key && nEnd != "\x00" && nEnd <= pEnd
+	return true
 }
 
 // needs lists what a call must be allowed, or false when the history
@@ -318,8 +368,8 @@ func (m *authModel) describe() string {
 	}
 	for _, r := range slices.Sorted(maps.Keys(m.roles)) {
 		fmt.Fprintf(&b, "%s{", r)
-		for _, p := range slices.SortedFunc(maps.Keys(m.roles[r]), func(a, b permKey) int { return strings.Compare(a.key+"\x00"+a.end, b.key+"\x00"+b.end) }) {
-			fmt.Fprintf(&b, "%s:%s ", describePerm(p.key, p.end), m.roles[r][p])
+		for _, g := range m.roles[r] {
+			fmt.Fprintf(&b, "%s:%s ", describePerm(g.key, g.end), g.t)
 		}
 		b.WriteString("} ")
 	}
@@ -337,9 +387,9 @@ func describeStore(st *auth.Store) string {
 		}
 	}
 	for _, r := range roles {
-		m.roles[string(r.Name)] = map[permKey]authpb.Permission_Type{}
+		m.roles[string(r.Name)] = []grant{}
 		for _, p := range r.KeyPermission {
-			m.roles[string(r.Name)][permKey{string(p.Key), string(p.RangeEnd)}] = p.PermType
+			m.roles[string(r.Name)] = append(m.roles[string(r.Name)], grant{permKey{string(p.Key), string(p.RangeEnd)}, p.PermType})
 		}
 	}
 	return m.describe()

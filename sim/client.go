@@ -265,8 +265,8 @@ func modCompare(k string, rev int64) *pb.Compare {
 // latches meet in every shape: a range over a point, a point at a range's
 // first key and one at its (excluded) end, two ranges that overlap from
 // either side, one inside another. None is a single key, nor reaches
-// past /e/'s prefix (sim/auth.go: one permission covers a request or none
-// does).
+// past /e/'s prefix; under auth, several span permissions that touch
+// (sim/auth.go).
 var etcdRanges = [][2]string{
 	{"/e/", "/e0"},
 	{"/e/a", "/e/c"},
@@ -622,8 +622,15 @@ func (c *client) learnTxn(req *pb.RequestOp, resp *pb.ResponseOp) {
 	}
 }
 
-// startWatch opens a prefix watch from rev, on any node.
+// startWatch opens a prefix watch from rev, on any node. One in eight
+// starts further back instead, as a client with an older revision does (a
+// watch cache starting from its last list, `etcdctl watch --rev`): its
+// node reads that history back from the engine in catch-up reads, and a
+// start below the compaction is canceled as compacted.
 func (c *client) startWatch(rev int64) {
+	if c.w.chance(0.125) {
+		rev = max(1, rev-1-c.w.rng.Int64N(256))
+	}
 	spec := watchSpec{Key: []byte("/registry/pods/"), End: []byte("/registry/pods0"), StartRev: rev, PrevKV: c.w.chance(0.7)}
 	if c.kind == etcdClient {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)

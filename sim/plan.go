@@ -134,6 +134,14 @@ type Plan struct {
 	// the seed's parity, room for a few entries (evicted all the time)
 	// or for every key. Not drawn, so that adding it moved no seed.
 	KeyCacheBytes int64
+	// RevisionBatch and CatchUpBatch are core's (Config): on half the
+	// seeds 1–3 records of each of the 16 shards a round and 48
+	// revisions a catch-up read, so that catch-ups merge the shards over
+	// several rounds, as a long history's do with core's 128; elsewhere
+	// 16 revisions a read, within one round. Not drawn, like
+	// KeyCacheBytes.
+	RevisionBatch int
+	CatchUpBatch  int
 	// SerializableShare of the plain reads are serializable: a follower
 	// answers them at the newest commit point it learned.
 	SerializableShare float64
@@ -211,6 +219,11 @@ func drawPlan(w *World) Plan {
 	if w.cfg.Seed%2 == 0 {
 		p.KeyCacheBytes = 600
 	}
+	p.CatchUpBatch = 16
+	if w.cfg.Seed/2%2 == 1 {
+		p.RevisionBatch = 1 + int(w.cfg.Seed/4%3)
+		p.CatchUpBatch = 48
+	}
 	return p
 }
 
@@ -277,6 +290,9 @@ func (p Plan) traffic() string {
 		s += fmt.Sprintf(" ring=%dB", p.RingBytes)
 	}
 	s += fmt.Sprintf(" keycache=%dB", p.KeyCacheBytes)
+	if p.RevisionBatch > 0 {
+		s += fmt.Sprintf(" recbatch=%d", p.RevisionBatch)
+	}
 	if p.SerializableShare > 0 {
 		s += fmt.Sprintf(" serializable=%.0f%%", 100*p.SerializableShare)
 	}

@@ -79,9 +79,22 @@ type Store struct {
 	Users  map[string]*User
 	Roles  map[string]*authpb.Role
 
+	// Testing plants bugs for the simulator; production leaves it zero.
+	// Clone keeps it.
+	Testing TestingKnobs
+
 	// perms is every user's merged permissions, built by index before
 	// the store is shared (nil: computed at each check).
 	perms map[string]*userPerms
+}
+
+// TestingKnobs are bugs of the auth store's the simulator plants to show
+// its checks find them, kept apart so none is taken for a real setting.
+type TestingKnobs struct {
+	// TouchingSpansLeaveGap: a range request whose permission is the
+	// union of spans that touch (one ends where the next begins) is
+	// denied, as if a gap lay between them.
+	TouchingSpansLeaveGap bool
 }
 
 // NewStore returns an empty store signing with secret, at etcd's
@@ -94,7 +107,7 @@ func NewStore(secret []byte) *Store {
 
 // Clone returns a deep copy, for Apply.
 func (a *Store) Clone() *Store {
-	c := &Store{Enabled: a.Enabled, Revision: a.Revision, Seq: a.Seq, Epoch: a.Epoch, Secret: a.Secret,
+	c := &Store{Enabled: a.Enabled, Revision: a.Revision, Seq: a.Seq, Epoch: a.Epoch, Secret: a.Secret, Testing: a.Testing,
 		Users: make(map[string]*User, len(a.Users)), Roles: make(map[string]*authpb.Role, len(a.Roles))}
 	for n, u := range a.Users {
 		c.Users[n] = &User{User: proto.Clone(u.User).(*authpb.User), CredRev: u.CredRev}
