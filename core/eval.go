@@ -107,7 +107,7 @@ func Evaluate(rd Reader, w *Work) (*Effects, error) {
 	// engine that applied a deposed leader's transaction past its
 	// deadline), never to be overwritten; the engine refuses the commit
 	// then, and the revision is fenced and the request dealt again.
-	tx := &txnEval{rd: rd, rev: rev, term: w.Term, fresh: w.fresh, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, lateCompares: w.lateCompares}
+	tx := &txnEval{rd: rd, rev: rev, term: w.Term, fresh: w.fresh, serial: w.Serial, committed: w.Committed, compacted: w.Compacted, knobs: w.knobs}
 	if undealt {
 		tx.seen = w.seen
 	}
@@ -314,7 +314,7 @@ type txnEval struct {
 	order                []*entry
 	events               []Event
 	extra                []Write // writes outside the key spaces (lease records)
-	lateCompares         bool    // the planted LateNestedCompares
+	knobs                TestingKnobs
 }
 
 // get returns the entry of a single key, reading it on first use. A key
@@ -629,7 +629,7 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	} else if kvs, err = tx.aliveIn(r.Key, r.RangeEnd, !r.KeysOnly && !r.CountOnly); err != nil {
 		return nil, err
 	}
-	resp := shapeRange(r, kvs)
+	resp := shapeRange(r, kvs, tx.knobs)
 	resp.Header = tx.header()
 	return resp, nil
 }
@@ -753,7 +753,7 @@ func (tx *txnEval) txn(t *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, error) 
 		)
 		if nt := op.GetRequestTxn(); nt != nil {
 			var tr *pb.TxnResponse
-			if tx.lateCompares {
+			if tx.knobs.LateNestedCompares {
 				tr, err = tx.txn(nt, nil)
 			} else {
 				tr, err = tx.txn(nt, path)

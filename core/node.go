@@ -74,6 +74,10 @@ type TestingKnobs struct {
 	// shard whose batch came back full as read to the end of the range,
 	// so that shard's records past its batch are skipped.
 	MergeSkipsFullShards bool
+	// ModFiltersExclusive: a range's min_mod_revision and
+	// max_mod_revision filters (in a txn) drop the keys last modified at
+	// the bound itself, which etcd keeps.
+	ModFiltersExclusive bool
 }
 
 func (c Config) withDefaults() Config {

@@ -55,7 +55,7 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 		busy.parked = append(busy.parked, parkedRequest{id: id, req: req})
 		return
 	}
-	n.admit(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req), lateCompares: n.cfg.Testing.LateNestedCompares}, false)
+	n.admit(&Work{Kind: WorkRequest, ID: id, Request: req, Serial: needsSerial(req), knobs: n.cfg.Testing}, false)
 }
 
 // admit deals w once no earlier request in flight overlaps its keys (all:
@@ -421,7 +421,7 @@ func (n *Node) retry(w *Work) {
 		n.unlatch(w)
 		return
 	}
-	next := &Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch, lateCompares: w.lateCompares}
+	next := &Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch, knobs: w.knobs}
 	if w.Rev == 0 {
 		// It may be answered without a revision, so no engine conflict
 		// orders it after a request of its batch whose outcome is still

@@ -353,7 +353,7 @@ func rangeAt(rd Reader, req *pb.RangeRequest, rev int64, ctr Counter, mem *tally
 		if err := p.run(rd, req.Key, req.RangeEnd, rev); err != nil {
 			return nil, err
 		}
-		return shapeRange(req, p.kvs), mem.flush()
+		return shapeRange(req, p.kvs, TestingKnobs{}), mem.flush()
 	}
 	p := pageScan{keep: int(req.Limit), keysOnly: req.KeysOnly, mem: mem}
 	if req.CountOnly {
@@ -431,12 +431,15 @@ func RangeCounted(rd Reader, req *pb.RangeRequest, committed, compacted int64, c
 // shapeRange applies a RangeRequest's filters, sort, limit and output
 // options to the keys alive in its range (ascending key order), the way
 // etcd does: Count is the number of keys in the range before filters.
-func shapeRange(req *pb.RangeRequest, kvs []*mvccpb.KeyValue) *pb.RangeResponse {
+func shapeRange(req *pb.RangeRequest, kvs []*mvccpb.KeyValue, knobs TestingKnobs) *pb.RangeResponse {
 	resp := &pb.RangeResponse{Count: int64(len(kvs))}
 	if req.CountOnly {
 		return resp
 	}
 	kvs = slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool {
+		if knobs.ModFiltersExclusive && (kv.ModRevision == req.MaxModRevision || kv.ModRevision == req.MinModRevision) {
+			return true
+		}
 		return (req.MaxModRevision != 0 && kv.ModRevision > req.MaxModRevision) ||
 			(req.MinModRevision != 0 && kv.ModRevision < req.MinModRevision) ||
 			(req.MaxCreateRevision != 0 && kv.CreateRevision > req.MaxCreateRevision) ||

@@ -118,8 +118,9 @@ type Work struct {
 	batch *Work
 	// fresh says no record can exist at Rev (Config.FreshFrom).
 	fresh bool
-	// lateCompares is the planted LateNestedCompares (TestingKnobs).
-	lateCompares bool
+	// knobs are the node's planted bugs its evaluation honours
+	// (TestingKnobs).
+	knobs TestingKnobs
 }
 
 // Outcome is what the engine said about a work's commit.

@@ -136,12 +136,18 @@ type TestingKnobs struct {
 	// storage/tikv's tsoGuard: reads answer old data, and a leader's key
 	// cache holds records its snapshot lacks.
 	StaleSnapshots bool
-	// HubOutputsBeforeFollow: the driver takes the hub's outputs before
-	// it opens the member's feed (as it once did), so what a hub that its
-	// leader's own feed anchors there answers at once (a watch from below
-	// the compaction, canceled) waits for the next step, and a progress
-	// notification of the same watch can go out first.
-	HubOutputsBeforeFollow bool
+	// LearnGoesBack: the member takes each answer's revision as the
+	// newest it learned, so an answer that arrives late (after one of a
+	// higher revision) sets it back, and a serializable read answers
+	// below what the member had answered before.
+	LearnGoesBack bool
+	// LateAnchorOutputs: what an anchoring hub answers the calls that
+	// waited for it goes out only with the step's other outputs, or the
+	// next step's when the leader's own feed anchored it (as it once
+	// did), after what those calls' streams send at once: a watch from
+	// below the compaction, canceled there, can get a progress answer or
+	// notification first.
+	LateAnchorOutputs bool
 	// Auth plants bugs of the auth store's: every store the driver reads
 	// from the engine carries them (auth.TestingKnobs).
 	Auth auth.TestingKnobs
@@ -176,6 +182,7 @@ type Driver struct {
 	hubWork    map[*core.Work]bool           // the hub's catch-up work out
 	feed       *Feed                         // the feed open, if any
 	feedPaused bool                          // a failed feed's retry waits
+	hubWorkOut []*core.Work                  // the hub's work taken, to start after the step
 	// engineDeadline is the member's, read once: its config changes
 	// under the lock.
 	engineDeadline time.Duration
@@ -349,22 +356,20 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	if rd.HandedOff != nil && h.HandedOff != nil {
 		h.HandedOff(rd.HandedOff)
 	}
-	late := d.cfg.Testing.HubOutputsBeforeFollow
+	late := d.cfg.Testing.LateAnchorOutputs
 	if late {
-		rd.Work = append(rd.Work, d.hubReady()...)
+		d.hubReady()
 	}
 	wake = d.leaderChanged()
 	if open := d.follow(); open != nil {
 		wake = append(wake, open)
 	}
-	// After follow: a leader's own feed may anchor the hub there, and
-	// what the watches waiting for it got at once (a start below the
-	// compaction, canceled) must reach their streams in this step, before
-	// any progress notification of theirs.
+	// After follow: a leader's own feed may anchor the hub there.
 	if !late {
-		rd.Work = append(rd.Work, d.hubReady()...)
+		d.hubReady()
 	}
-	return rd.Work, answers, wake
+	work, d.hubWorkOut = append(rd.Work, d.hubWorkOut...), nil
+	return work, answers, wake
 }
 
 // start hands work to the executor, a retry after its backoff, and wakes

@@ -165,6 +165,12 @@ func (d *Driver) anchor(rev, compacted int64) {
 	d.hubWaiting = nil
 	for _, f := range waiting {
 		f(d.hub)
+		// What the hub answered f goes out before anything a later
+		// waiting call's stream sends at once: a watch from below the
+		// compaction is canceled before a progress answer of its stream.
+		if !d.cfg.Testing.LateAnchorOutputs {
+			d.hubReady()
+		}
 	}
 }
 
@@ -296,10 +302,11 @@ func (d *Driver) feedCanceled(compacted int64) {
 }
 
 // hubReady takes the hub's outputs: its watch responses go to the
-// streams, its catch-up work is returned to start. Called with the lock.
-func (d *Driver) hubReady() []*core.Work {
+// streams, its catch-up work to hubWorkOut, which the step starts. Called
+// with the lock.
+func (d *Driver) hubReady() {
 	if d.hub == nil {
-		return nil
+		return
 	}
 	rd := d.hub.Ready()
 	for _, wr := range rd.WatchResponses {
@@ -313,5 +320,5 @@ func (d *Driver) hubReady() []*core.Work {
 		}
 		d.hubWork[w] = true
 	}
-	return rd.Work
+	d.hubWorkOut = append(d.hubWorkOut, rd.Work...)
 }

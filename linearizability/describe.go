@@ -58,19 +58,7 @@ func describeRequest(op *pb.RequestOp) string {
 		if r.Revision != 0 {
 			s += fmt.Sprintf(" @r%d", r.Revision)
 		}
-		if r.Limit != 0 {
-			s += fmt.Sprintf(" limit=%d", r.Limit)
-		}
-		if r.SortTarget != pb.RangeRequest_KEY || r.SortOrder != pb.RangeRequest_NONE {
-			s += fmt.Sprintf(" sort=%s/%s", r.SortTarget, r.SortOrder)
-		}
-		if r.CountOnly {
-			s += " count_only"
-		}
-		if r.KeysOnly {
-			s += " keys_only"
-		}
-		return s
+		return s + describeOptions(r)
 	case *pb.RequestOp_RequestPut:
 		p := tv.RequestPut
 		s := fmt.Sprintf("put %q=%s", p.Key, short(p.Value))
@@ -238,4 +226,31 @@ func (s *state) describe() string {
 	}
 	b.WriteString("}")
 	return b.String()
+}
+
+// describeOptions renders a range's options beyond its span and
+// revision, each with a leading space.
+func describeOptions(r *pb.RangeRequest) string {
+	var s string
+	if r.Limit != 0 {
+		s += fmt.Sprintf(" limit=%d", r.Limit)
+	}
+	if r.SortTarget != pb.RangeRequest_KEY || r.SortOrder != pb.RangeRequest_NONE {
+		s += fmt.Sprintf(" sort=%s/%s", r.SortTarget, r.SortOrder)
+	}
+	if r.CountOnly {
+		s += " count_only"
+	}
+	if r.KeysOnly {
+		s += " keys_only"
+	}
+	for _, f := range []struct {
+		name string
+		rev  int64
+	}{{"min_mod", r.MinModRevision}, {"max_mod", r.MaxModRevision}, {"min_create", r.MinCreateRevision}, {"max_create", r.MaxCreateRevision}} {
+		if f.rev != 0 {
+			s += fmt.Sprintf(" %s=r%d", f.name, f.rev)
+		}
+	}
+	return s
 }

@@ -149,31 +149,54 @@ func (w *World) checkSerializable(evs []core.Event) error {
 
 // checkMonotonicReads holds each node incarnation's serializable reads
 // to etcd's: a member never answers one at a revision below one it had
-// already answered when it took the call, whether it led then or follows
-// now (its revision only grows). Reads it served at once may come in
-// any order. It reads the history only: who served each read, from when
-// to when, and the header revision answered.
+// already answered anything at (a write, a read, a lease call) when it
+// took the call, whether it led then or follows now (its applied revision
+// only grows, and it answers a write or a linearizable read only once it
+// applied that far). Calls it answered at once may come in any order. It
+// reads the history only: who answered each call, when, and the header
+// revision answered; a read's start is when its node took it, before it
+// chose its revision.
 func (w *World) checkMonotonicReads() error {
-	type read struct {
-		from, to time.Duration
-		rev      int64
-		id       int
+	type answer struct {
+		to  time.Duration
+		rev int64
+		id  int
 	}
-	by := map[string][]read{}
+	type read struct {
+		from time.Duration
+		rev  int64
+		id   int
+	}
+	answers, reads := map[string][]answer{}, map[string][]read{}
 	for _, cl := range w.hist.calls {
-		if cl.in.kind != opRange || !cl.in.rng.Serializable || cl.status != answered || cl.err != nil || cl.readBy == "" || cl.readTo == 0 {
+		if cl.status != answered || cl.err != nil {
 			continue
 		}
-		by[cl.readBy] = append(by[cl.readBy], read{from: cl.readFrom, to: cl.readTo, rev: cl.rev, id: cl.id})
+		if cl.answeredBy != "" && cl.rev > 0 {
+			answers[cl.answeredBy] = append(answers[cl.answeredBy], answer{to: cl.answeredAt, rev: cl.rev, id: cl.id})
+		}
+		if cl.in.kind == opRange && cl.in.rng.Serializable && cl.readBy != "" && cl.readTo != 0 {
+			reads[cl.readBy] = append(reads[cl.readBy], read{from: cl.readFrom, rev: cl.rev, id: cl.id})
+		}
 	}
-	for _, node := range slices.Sorted(maps.Keys(by)) {
-		rs := by[node]
-		slices.SortStableFunc(rs, func(a, b read) int { return cmp.Compare(a.to, b.to) })
-		for i, b := range rs {
-			for _, a := range rs[:i] {
-				if a.to < b.from && b.rev < a.rev {
-					return fmt.Errorf("%s answered serializable op%d at r%d after it had answered op%d at r%d: its reads went back", node, b.id, b.rev, a.id, a.rev)
-				}
+	for _, node := range slices.Sorted(maps.Keys(reads)) {
+		as := answers[node]
+		slices.SortStableFunc(as, func(a, b answer) int { return cmp.Compare(a.to, b.to) })
+		// high[i]: the answer of highest revision among as[:i+1].
+		high := make([]answer, len(as))
+		for i, a := range as {
+			high[i] = a
+			if i > 0 && high[i-1].rev > a.rev {
+				high[i] = high[i-1]
+			}
+		}
+		for _, b := range reads[node] {
+			i, _ := slices.BinarySearchFunc(as, b.from, func(a answer, t time.Duration) int { return cmp.Compare(a.to, t) })
+			if i == 0 {
+				continue // nothing answered before it started
+			}
+			if a := high[i-1]; b.rev < a.rev {
+				return fmt.Errorf("%s answered serializable op%d at r%d after it had answered op%d at r%d: its reads went back", node, b.id, b.rev, a.id, a.rev)
 			}
 		}
 	}

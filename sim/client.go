@@ -72,6 +72,10 @@ type call struct {
 	// and when it answered.
 	readBy           string
 	readFrom, readTo time.Duration
+	// answeredBy and answeredAt: the node incarnation that answered the
+	// call without error (the one the client sent it to), and when.
+	answeredBy string
+	answeredAt time.Duration
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).
@@ -211,6 +215,10 @@ type watchSpec struct {
 	Key, End                                   []byte
 	StartRev                                   int64
 	PrevKV, NoDelete, Fragment, ProgressNotify bool
+	// ProgressAtOnce: the client asks for progress (RequestProgress)
+	// right behind the create, on the same stream, as a watch cache
+	// that wants its first bookmark does.
+	ProgressAtOnce bool
 }
 
 func (c *client) keyspace() []string {
@@ -276,13 +284,44 @@ var etcdRanges = [][2]string{
 	{"/e/b", "/e/hot"},
 }
 
-// etcdRange draws one of etcdRanges, the whole prefix half the time.
+// etcdRange draws one of etcdRanges, the whole prefix half the time,
+// and on two in five of them etcd's options besides (rangeOptions).
 func (c *client) etcdRange() *pb.RangeRequest {
 	r := etcdRanges[0]
 	if c.w.chance(0.5) {
 		r = etcdRanges[c.w.rng.IntN(len(etcdRanges))]
 	}
-	return &pb.RangeRequest{Key: []byte(r[0]), RangeEnd: []byte(r[1])}
+	rr := &pb.RangeRequest{Key: []byte(r[0]), RangeEnd: []byte(r[1])}
+	if c.w.chance(0.4) {
+		c.rangeOptions(rr)
+	}
+	return rr
+}
+
+// rangeOptions draws what etcdctl's get offers: a sort by any target in
+// any order (NONE with a target other than the key sorts ascending), a
+// limit, and one of count only or a revision filter at a revision the
+// client saw one of its keys at.
+func (c *client) rangeOptions(r *pb.RangeRequest) {
+	w := c.w
+	r.SortTarget = pb.RangeRequest_SortTarget(w.rng.IntN(5))
+	r.SortOrder = pb.RangeRequest_SortOrder(w.rng.IntN(3))
+	if w.chance(0.5) {
+		r.Limit = 1 + w.rng.Int64N(3)
+	}
+	seen := c.modRevs[c.pickKey()]
+	switch w.rng.IntN(6) {
+	case 0:
+		r.CountOnly = true
+	case 1:
+		r.MinModRevision = seen
+	case 2:
+		r.MaxModRevision = seen
+	case 3:
+		r.MinCreateRevision = seen
+	case 4:
+		r.MaxCreateRevision = seen
+	}
 }
 
 // nestedTxn draws a txn whose branches read and write the same few keys
@@ -635,7 +674,7 @@ func (c *client) startWatch(rev int64) {
 	if c.kind == etcdClient {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
-	spec.Fragment, spec.ProgressNotify = c.w.chance(0.3), c.w.chance(0.3)
+	spec.Fragment, spec.ProgressNotify, spec.ProgressAtOnce = c.w.chance(0.3), c.w.chance(0.3), c.w.chance(0.3)
 	cw := &clientWatch{spec: spec, lastRev: rev - 1}
 	c.watch = cw
 	c.watches = append(c.watches, cw)

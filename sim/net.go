@@ -143,6 +143,9 @@ func (n *node) createWatch(c *client, cw *clientWatch) {
 		req.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}
 	}
 	sub.ws.Create(req)
+	if cw.spec.ProgressAtOnce {
+		sub.ws.RequestProgress()
+	}
 	if cw.spec.ProgressNotify {
 		n.notifyProgress(sub)
 	}

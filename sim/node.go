@@ -582,5 +582,8 @@ type leaseReply struct{ id, ttl int64 }
 
 // reply sends a call's answer back to its client.
 func (n *node) reply(c *call, resp *pb.ResponseOp, lr leaseReply, rev int64, err error) {
+	if err == nil {
+		c.answeredBy, c.answeredAt = n.id(), n.w.now
+	}
 	n.w.sendToClient(n, c.client, "reply", func() { c.client.answered(c, resp, lr, rev, err) })
 }

@@ -247,14 +247,25 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.Knobs.GapAtResume = on },
 		seeds: 20,
 	}, {
-		// The driver takes the hub's outputs before the leader's own
-		// feed anchors the hub: a watch from below the compaction, created
-		// on a member that just started and canceled at once there, gets
-		// a progress notification first. Found by an exclusive seed whose
-		// client starts a watch from an old revision (startWatch).
-		name:      "hub-outputs-before-follow",
-		plant:     func(c *Config, on bool) { c.Knobs.HubOutputsBeforeFollow = on },
-		seeds:     60,
+		// A member takes each answer's revision as the newest it
+		// learned: the answer of a forwarded call that arrives after one
+		// of a higher revision sets it back, and a serializable read it
+		// serves answers below a write or read it answered before
+		// (checkMonotonicReads holds reads to every answer of the node).
+		name:  "learn-goes-back",
+		plant: func(c *Config, on bool) { c.Knobs.LearnGoesBack = on },
+		seeds: 60,
+		want:  []string{"went back"},
+	}, {
+		// What an anchoring hub answers the watches that waited for it
+		// goes out after what their streams send at once: a watch from
+		// below the compaction, created on a member that just started
+		// and canceled at once when its hub is anchored, gets a progress
+		// answer first. Found through watches started from older
+		// revisions (startWatch) whose client asks for progress at once.
+		name:      "late-anchor-outputs",
+		plant:     func(c *Config, on bool) { c.Knobs.LateAnchorOutputs = on },
+		seeds:     20,
 		want:      []string{"ahead of events"},
 		exclusive: true,
 	}, {
@@ -272,7 +283,7 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		// which starts below every key, never could.
 		name:  "latch-misses-range-start",
 		plant: func(c *Config, on bool) { c.CoreKnobs.LatchMissesRangeStart = on },
-		seeds: 20,
+		seeds: 60,
 	}, {
 		// The auth store's check of a range denies one that only
 		// permissions touching end to begin cover together: the auth
@@ -280,6 +291,13 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		// ranges span them.
 		name:  "touching-spans-leave-gap",
 		plant: func(c *Config, on bool) { c.Knobs.Auth.TouchingSpansLeaveGap = on },
+		seeds: 40,
+	}, {
+		// A txn's range drops the keys modified at its min or max
+		// mod_revision filter's bound: the etcd clients' ranges carry
+		// etcd's options (rangeOptions), in txns as well.
+		name:  "mod-filters-exclusive",
+		plant: func(c *Config, on bool) { c.CoreKnobs.ModFiltersExclusive = on },
 		seeds: 40,
 	}, {
 		// A catch-up read's merge of the revision-record shards takes a
