@@ -331,7 +331,9 @@ func (h *Hub) answerProgress() {
 	ws := &h.watch
 	kept := ws.asked[:0]
 	for _, ids := range ws.asked {
-		live := ws.registered(ids)
+		// In place: the hub owns each asked list (RequestProgress), and
+		// this runs at every step while a list waits.
+		live := slices.DeleteFunc(ids, func(id WatchID) bool { return ws.byID[id] == nil })
 		if len(live) == 0 {
 			continue
 		}

@@ -78,6 +78,10 @@ type TestingKnobs struct {
 	// max_mod_revision filters (in a txn) drop the keys last modified at
 	// the bound itself, which etcd keeps.
 	ModFiltersExclusive bool
+	// PagesCountOnlyRead: a paged range (RangePages, as RangeStream
+	// answers) that its limit ends counts only the keys it sent, not
+	// every key in the range as Range does.
+	PagesCountOnlyRead bool
 }
 
 func (c Config) withDefaults() Config {

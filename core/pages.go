@@ -30,6 +30,8 @@ type RangePages struct {
 	left   int64  // keys the request's limit still allows; < 0: no limit
 	read   int64  // keys in the pages so far
 	done   bool
+	// Testing plants bugs for the simulator; the server leaves it zero.
+	Testing TestingKnobs
 }
 
 // NewRangePages starts reading req's pages from rd, a snapshot that holds
@@ -88,7 +90,7 @@ func (p *RangePages) Next(size int, mem Allowance) (resp *pb.RangeResponse, done
 	p.done = true
 	resp.Header = &pb.ResponseHeader{Revision: p.header}
 	resp.Count, resp.More = p.read, more
-	if more {
+	if more && !p.Testing.PagesCountOnlyRead {
 		// The limit ends the answer: Range's count is of every key in
 		// the range.
 		rest := pageScan{keep: 0, keysOnly: true, mem: t}

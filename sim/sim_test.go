@@ -300,6 +300,14 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.ModFiltersExclusive = on },
 		seeds: 40,
 	}, {
+		// A paged range (core.RangePages, as the server's RangeStream
+		// answers) that its limit ends counts only the keys it sent: the
+		// nodes answer some ranges page by page, and the kube clients'
+		// lists carry a limit.
+		name:  "pages-count-only-read",
+		plant: func(c *Config, on bool) { c.CoreKnobs.PagesCountOnlyRead = on },
+		seeds: 20,
+	}, {
 		// A catch-up read's merge of the revision-record shards takes a
 		// shard whose batch came back full as read to the range's end,
 		// skipping its later records: only a history long enough for
