@@ -141,6 +141,11 @@ type TestingKnobs struct {
 	// higher revision) sets it back, and a serializable read answers
 	// below what the member had answered before.
 	LearnGoesBack bool
+	// CompactionsLearnedLate: the hub hears of a compaction answered
+	// through its member only from its feed, after the client heard of
+	// it, so a watch from below it created meanwhile is served as if
+	// the history were there, where etcd cancels it.
+	CompactionsLearnedLate bool
 	// LateAnchorOutputs: what an anchoring hub answers the calls that
 	// waited for it goes out only with the step's other outputs, or the
 	// next step's when the leader's own feed anchored it (as it once

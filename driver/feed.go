@@ -112,6 +112,9 @@ func (d *Driver) Hub() *core.Hub { return d.hub }
 // before its client hears of it: a watch created here afterwards from
 // below it is canceled, as in etcd, whatever the feed has brought yet.
 func (d *Driver) LearnCompacted(rev int64) {
+	if d.cfg.Testing.CompactionsLearnedLate {
+		return
+	}
 	d.Step(func(*core.Member) { d.onHub(func(h *core.Hub) { h.Compact(rev) }) }, nil)
 }
 

@@ -510,15 +510,43 @@ func (w *World) compacted() (rev int64) {
 	return rev
 }
 
-// checkWatches checks every watch stream against the ground truth.
+// checkWatches checks every watch stream against the ground truth, and
+// holds each to the compactions its node had answered when the watch
+// reached it (checkCompactedStart).
 func (w *World) checkWatches(evs []core.Event) error {
 	committed := linearEvents(evs)
 	compacted := w.compacted()
+	compactions := map[string][]*call{} // each node's acknowledged compactions
+	for _, cl := range w.hist.calls {
+		if cl.in.kind == opCompact && cl.status == answered && cl.err == nil && cl.answeredBy != "" {
+			compactions[cl.answeredBy] = append(compactions[cl.answeredBy], cl)
+		}
+	}
 	for _, c := range w.clients {
 		for i, cw := range c.watches {
+			if err := checkCompactedStart(cw, compactions[cw.openedBy]); err != nil {
+				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
+			}
 			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete, Compacted: compacted}
 			if err := linearizability.CheckWatch(committed, spec, cw.got); err != nil {
 				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkCompactedStart: a watch from below a compaction its node had
+// already answered when the create reached it is canceled at once, as
+// etcd's member that applied the compaction cancels it: no event.
+func checkCompactedStart(cw *clientWatch, compactions []*call) error {
+	for _, cl := range compactions {
+		if cl.answeredAt > cw.openedAt || cw.spec.StartRev <= 0 || cw.spec.StartRev >= cl.in.rev {
+			continue
+		}
+		for _, r := range cw.got {
+			if len(r.Events) > 0 {
+				return fmt.Errorf("got events, but %s had answered op%d's compaction at r%d before the watch reached it", cw.openedBy, cl.id, cl.in.rev)
 			}
 		}
 	}

@@ -209,6 +209,10 @@ type clientWatch struct {
 	ended     bool
 	// stalledUntil: the client reads nothing from the stream before it.
 	stalledUntil time.Duration
+	// openedBy and openedAt: the node incarnation the create reached,
+	// and when.
+	openedBy string
+	openedAt time.Duration
 }
 
 type watchSpec struct {
@@ -629,6 +633,7 @@ func (c *client) learn(cl *call) {
 		c.learnTxn(cl.in.write, cl.resp)
 	case opCompact:
 		c.compacted = cl.in.rev
+		c.probeCompaction(cl)
 	}
 }
 
@@ -670,22 +675,46 @@ func (c *client) startWatch(rev int64) {
 	if c.w.chance(0.125) {
 		rev = max(1, rev-1-c.w.rng.Int64N(256))
 	}
+	n := c.targetNode()
+	cw := c.openWatch(n, rev)
+	c.watch = cw
+	c.w.after(clientTimeout, "watch-timeout", func() {
+		if !cw.created && !cw.ended {
+			c.watchBroken(cw)
+		}
+	})
+}
+
+// openWatch sends a create of a prefix watch from rev to n.
+func (c *client) openWatch(n *node, rev int64) *clientWatch {
 	spec := watchSpec{Key: []byte("/registry/pods/"), End: []byte("/registry/pods0"), StartRev: rev, PrevKV: c.w.chance(0.7)}
 	if c.kind == etcdClient {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
 	spec.Fragment, spec.ProgressNotify, spec.ProgressAtOnce = c.w.chance(0.3), c.w.chance(0.3), c.w.chance(0.3)
 	cw := &clientWatch{spec: spec, lastRev: rev - 1}
-	c.watch = cw
 	c.watches = append(c.watches, cw)
-	n := c.targetNode()
 	c.w.note("c%d watch from r%d via %s", c.idx, rev, n.name)
 	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw) })
-	c.w.after(clientTimeout, "watch-timeout", func() {
-		if !cw.created && !cw.ended {
-			c.watchBroken(cw)
+	return cw
+}
+
+// probeCompaction: after three in ten of its compactions, the client
+// watches from below the compacted revision through the node that
+// answered, as an operator checks that the history is gone; that node
+// must cancel the watch (checkCompactedStart), before its feed has
+// brought the compaction as well as after. The probe is a watch of its
+// own: the client's stream goes on.
+func (c *client) probeCompaction(cl *call) {
+	if cl.in.rev < 2 || !c.w.chance(0.3) {
+		return
+	}
+	for _, n := range c.w.nodes {
+		if n.id() == cl.answeredBy {
+			c.openWatch(n, 1+c.w.rng.Int64N(cl.in.rev-1))
+			return
 		}
-	})
+	}
 }
 
 func (c *client) watchCreated(cw *clientWatch) {

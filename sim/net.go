@@ -137,6 +137,7 @@ func (n *node) createWatch(c *client, cw *clientWatch) {
 	})
 	n.subs[sub.id] = sub
 	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, sub.id
+	cw.openedBy, cw.openedAt = n.id(), n.w.now
 	req := &pb.WatchCreateRequest{Key: cw.spec.Key, RangeEnd: cw.spec.End, StartRevision: cw.spec.StartRev,
 		PrevKv: cw.spec.PrevKV, Fragment: cw.spec.Fragment, ProgressNotify: cw.spec.ProgressNotify}
 	if cw.spec.NoDelete {

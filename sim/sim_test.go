@@ -269,6 +269,16 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		want:      []string{"ahead of events"},
 		exclusive: true,
 	}, {
+		// A hub hears of a compaction answered through its member only
+		// from its feed: a watch from below it that reaches the member
+		// first is served where etcd's member cancels it. Found through
+		// the clients that probe their compactions with a watch from
+		// below them through the node that answered.
+		name:  "compactions-learned-late",
+		plant: func(c *Config, on bool) { c.Knobs.CompactionsLearnedLate = on },
+		seeds: 40,
+		want:  []string{"before the watch reached it"},
+	}, {
 		// core evaluates a nested txn's compares after the writes before
 		// it in its branch, where etcd evaluates the whole tree's first:
 		// the etcd clients' nested txns, which read and write the same

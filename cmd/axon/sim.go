@@ -85,6 +85,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"retry-unknown-outcome", "the leader-call loop tries again a call whose answer may hide that it applied", &k.RetryUnknownOutcome},
 		{"gap-at-resume", "a node's watch feed resumes on a new leader one revision past its hub's", &k.GapAtResume},
 		{"learn-goes-back", "a member takes each answer's revision as the newest it learned, even one that arrives late", &k.LearnGoesBack},
+		{"compactions-learned-late", "a hub hears of a compaction answered through its member only from its feed", &k.CompactionsLearnedLate},
 		{"late-anchor-outputs", "what an anchoring hub answers the watches that waited for it goes out after what their streams send at once", &k.LateAnchorOutputs},
 		{"progress-at-committed", "progress notifications say the member's commit point, even for a watch still catching up or on a hub behind it", &k.ProgressAtCommitted},
 		{"late-nested-compares", "a nested txn's compares see the writes before it in its branch", &c.LateNestedCompares},
