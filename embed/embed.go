@@ -52,6 +52,7 @@ type Axon struct {
 	g, pg                          *grpc.Server
 	lb                             *loopback
 	metricsHTTP, clientHTTP        *http.Server
+	clientConns                    []*connTracker // the client listeners' connections
 	errc                           chan error
 	closing                        atomic.Bool
 	once                           sync.Once
@@ -186,7 +187,9 @@ func (a *Axon) start(ctx context.Context, cfg *Config) error {
 	a.ready.Store(true)
 	a.errc = make(chan error, len(a.clientLis)+len(a.peerLis))
 	for _, lis := range a.clientLis {
-		go func() { a.report(serveClient(lis, a.g, a.clientHTTP)) }()
+		t := trackConns(lis)
+		a.clientConns = append(a.clientConns, t)
+		go func() { a.report(serveClient(t, a.g, a.clientHTTP)) }()
 	}
 	for _, lis := range a.peerLis {
 		go func() { a.report(a.pg.Serve(lis)) }()
@@ -267,6 +270,12 @@ func (a *Axon) stop(graceful bool) error {
 		}
 		a.g.Stop()
 		a.pg.Stop()
+		// What cmux still sniffs belongs to no server: a gRPC client that
+		// got the sniffer's SETTINGS holds it as ready, and its next call
+		// would meet a reset, however much later.
+		for _, t := range a.clientConns {
+			t.closeAll()
+		}
 		a.err = a.release()
 	})
 	return a.err

@@ -138,7 +138,11 @@ func (l tlsStateListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if mc, ok := c.(*cmux.MuxConn); ok {
-		if tc, ok := mc.Conn.(*tls.Conn); ok {
+		inner := mc.Conn
+		if t, ok := inner.(*trackedConn); ok {
+			inner = t.Conn
+		}
+		if tc, ok := inner.(*tls.Conn); ok {
 			return tlsStateConn{Conn: c, tls: tc}, nil
 		}
 	}
