@@ -429,8 +429,9 @@ func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 		ws.forget(wr.ID)
 		if wr.CompactRevision > 0 && ws.d.cfg.Log != nil {
 			// Rare, and a client must then list again: worth a line
-			// (a watch resumed after a leader's death below a compaction
-			// is one way; kube/README.md, "Open divergence").
+			// (a watch resumed below a compaction after a long absence is
+			// one way; kube/README.md, "Fixed divergence: after a leader
+			// kill ...").
 			ws.d.cfg.Log.Info("watch canceled: the history it asked for is compacted",
 				"watch", id, "synced_to", wr.Revision, "compact_revision", wr.CompactRevision)
 		}
