@@ -485,7 +485,7 @@ func (tx *txnEval) put(p *pb.PutRequest) (*pb.PutResponse, error) {
 		if p.IgnoreValue {
 			rec.Value = prev.Value
 		}
-		if p.IgnoreLease {
+		if p.IgnoreLease && !tx.knobs.IgnoreLeaseDetaches {
 			rec.Lease = prev.Lease
 		}
 	}

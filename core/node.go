@@ -82,6 +82,10 @@ type TestingKnobs struct {
 	// answers) that its limit ends counts only the keys it sent, not
 	// every key in the range as Range does.
 	PagesCountOnlyRead bool
+	// IgnoreLeaseDetaches: a put with ignore_lease detaches the key from
+	// its lease instead of keeping it, so the lease's expiry or revoke
+	// no longer deletes it.
+	IgnoreLeaseDetaches bool
 }
 
 func (c Config) withDefaults() Config {

@@ -434,7 +434,15 @@ func (c *client) next() input {
 		if len(c.leases) > 0 && w.chance(0.3) {
 			lease = c.leases[w.rng.IntN(len(c.leases))]
 		}
-		return input{kind: opWrite, write: putOp(c.pickKey(), c.value(), lease)}
+		op := putOp(c.pickKey(), c.value(), lease)
+		// etcdctl put --ignore-value / --ignore-lease: the key keeps its
+		// value or its lease (and must exist).
+		if p := op.GetRequestPut(); w.chance(0.15) {
+			p.IgnoreValue, p.Value = true, nil
+		} else if w.chance(0.15) {
+			p.IgnoreLease, p.Lease = true, 0
+		}
+		return input{kind: opWrite, write: op}
 	case 3:
 		k := c.pickKey()
 		d := &pb.DeleteRangeRequest{Key: []byte(k), PrevKv: true}

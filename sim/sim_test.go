@@ -318,6 +318,14 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.PagesCountOnlyRead = on },
 		seeds: 20,
 	}, {
+		// A put with ignore_lease detaches the key from its lease: the
+		// etcd clients' plain puts keep the key's value or its lease
+		// (etcdctl put --ignore-value, --ignore-lease) three in twenty
+		// times each.
+		name:  "ignore-lease-detaches",
+		plant: func(c *Config, on bool) { c.CoreKnobs.IgnoreLeaseDetaches = on },
+		seeds: 40,
+	}, {
 		// A catch-up read's merge of the revision-record shards takes a
 		// shard whose batch came back full as read to the range's end,
 		// skipping its later records: only a history long enough for

@@ -92,6 +92,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"latch-misses-range-start", "a range's latch does not wait for the latch of a put of its first key", &c.LatchMissesRangeStart},
 		{"mod-filters-exclusive", "a txn's range drops the keys modified at its min or max mod revision filter's bound", &c.ModFiltersExclusive},
 		{"pages-count-only-read", "a paged range its limit ends counts only the keys it sent", &c.PagesCountOnlyRead},
+		{"ignore-lease-detaches", "a put with ignore_lease detaches the key from its lease", &c.IgnoreLeaseDetaches},
 		{"merge-skips-full-shards", "a catch-up read's merge of the revision-record shards takes a shard's full batch for all its records", &c.MergeSkipsFullShards},
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
