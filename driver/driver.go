@@ -147,11 +147,10 @@ type TestingKnobs struct {
 	// the history were there, where etcd cancels it.
 	CompactionsLearnedLate bool
 	// LateAnchorOutputs: what an anchoring hub answers the calls that
-	// waited for it goes out only with the step's other outputs, or the
-	// next step's when the leader's own feed anchored it (as it once
-	// did), after what those calls' streams send at once: a watch from
-	// below the compaction, canceled there, can get a progress answer or
-	// notification first.
+	// waited for it goes out only with the step's other outputs (as it
+	// once did), after what those calls' streams send at once: a watch
+	// from below the compaction, canceled there, can get a progress
+	// answer first.
 	LateAnchorOutputs bool
 	// Auth plants bugs of the auth store's: every store the driver reads
 	// from the engine carries them (auth.TestingKnobs).
@@ -361,18 +360,12 @@ func (d *Driver) ready() (work []*core.Work, answers, wake []func()) {
 	if rd.HandedOff != nil && h.HandedOff != nil {
 		h.HandedOff(rd.HandedOff)
 	}
-	late := d.cfg.Testing.LateAnchorOutputs
-	if late {
-		d.hubReady()
-	}
 	wake = d.leaderChanged()
 	if open := d.follow(); open != nil {
 		wake = append(wake, open)
 	}
 	// After follow: a leader's own feed may anchor the hub there.
-	if !late {
-		d.hubReady()
-	}
+	d.hubReady()
 	work, d.hubWorkOut = append(rd.Work, d.hubWorkOut...), nil
 	return work, answers, wake
 }
