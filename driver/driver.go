@@ -152,6 +152,19 @@ type TestingKnobs struct {
 	// from below the compaction, canceled there, can get a progress
 	// answer first.
 	LateAnchorOutputs bool
+	// ProgressAtFloor: a progress answer on a client stream whose hub
+	// is behind the stream's floor (what a watch resumed there from
+	// another instance had seen) is raised to the floor, as once, so
+	// it tells the stream's other watches of revisions they have not
+	// got.
+	ProgressAtFloor bool
+	// ProgressFirstWatchOnly: a RequestProgress answer waits for the
+	// stream's first watch alone to be synced, not for all of them, so
+	// it tells a watch still catching up of revisions it has not got.
+	ProgressFirstWatchOnly bool
+	// CancelKeepsWatch: a client's cancel of a watch is acknowledged,
+	// but the watch stays registered and its events keep coming.
+	CancelKeepsWatch bool
 	// Auth plants bugs of the auth store's: every store the driver reads
 	// from the engine carries them (auth.TestingKnobs).
 	Auth auth.TestingKnobs

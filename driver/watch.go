@@ -248,6 +248,10 @@ func (ws *WatchStream) Cancel(id int64) {
 		if !ok {
 			return
 		}
+		if ws.d.cfg.Testing.CancelKeepsWatch {
+			ws.push(&pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: id, Canceled: true})
+			return
+		}
 		n.CancelWatch(gid)
 		ws.forget(gid)
 		ws.push(&pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: id, Canceled: true})
@@ -260,6 +264,9 @@ func (ws *WatchStream) Cancel(id int64) {
 func (ws *WatchStream) RequestProgress() {
 	ws.step(func(n registry) {
 		ids := slices.Sorted(maps.Keys(ws.remote))
+		if ws.d.cfg.Testing.ProgressFirstWatchOnly && len(ids) > 1 {
+			ids = ids[:1]
+		}
 		if !n.RequestProgress(ids...) {
 			ws.push(&pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: -1})
 		}
@@ -283,6 +290,13 @@ func (ws *WatchStream) NotifyProgress() {
 				rev, ok = ws.d.committed(), true
 			}
 			if ok && ws.feed && !ws.feedProgressDue(rev, n.Compacted()) {
+				continue
+			}
+			if ok && !ws.feed && rev < ws.floor && !ws.d.cfg.Testing.ProgressAtFloor {
+				// The hub is behind what the stream's client saw (a
+				// watch resumed here from another instance): raised to
+				// that, the header would claim revisions this watch
+				// has not got. The next tick speaks.
 				continue
 			}
 			if ok {
@@ -401,6 +415,14 @@ func (ws *WatchStream) queue(m *watchOut) {
 func (ws *WatchStream) deliver(n registry, wr core.WatchResponse) {
 	id, ok := ws.remote[wr.ID]
 	if !ok {
+		return
+	}
+	if wr.Requested && !ws.feed && wr.Revision < ws.floor && !ws.d.cfg.Testing.ProgressAtFloor {
+		// The answer to RequestProgress speaks for every watch of the
+		// stream: raised to what the client saw (NotifyProgress), it
+		// would claim revisions some have not got. Asked again, it
+		// comes once the hub gets there.
+		n.RequestProgress(slices.Sorted(maps.Keys(ws.remote))...)
 		return
 	}
 	r := &pb.WatchResponse{Header: ws.header(n.Committed()), WatchId: id, Events: wr.Events}

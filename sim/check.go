@@ -527,7 +527,11 @@ func (w *World) checkWatches(evs []core.Event) error {
 			if err := checkCompactedStart(cw, compactions[cw.openedBy]); err != nil {
 				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
 			}
-			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV, NoDelete: cw.spec.NoDelete, Compacted: compacted}
+			if err := checkRefusedCreates(cw); err != nil {
+				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
+			}
+			spec := linearizability.WatchSpec{Key: cw.spec.Key, End: cw.spec.End, StartRev: cw.spec.StartRev, PrevKV: cw.spec.PrevKV,
+				NoPut: cw.spec.NoPut, NoDelete: cw.spec.NoDelete, Compacted: compacted}
 			if err := linearizability.CheckWatch(committed, spec, cw.got); err != nil {
 				return fmt.Errorf("c%d watch %d (from r%d): %w", c.idx, i, cw.spec.StartRev, err)
 			}

@@ -213,12 +213,24 @@ type clientWatch struct {
 	// and when.
 	openedBy string
 	openedAt time.Duration
+	// A companion shares another watch's stream (sim/streams.go): wid
+	// is its ID there (-1 until created); dupOf, the companion whose ID
+	// its create reuses, and wantRefused, that one was live when the
+	// create was answered; cancelAfter, when the client cancels it
+	// after its creation (-1: never).
+	companion   bool
+	wid         int64
+	dupOf       *clientWatch
+	wantRefused bool
+	cancelAfter time.Duration
 }
 
 type watchSpec struct {
-	Key, End                                   []byte
-	StartRev                                   int64
-	PrevKV, NoDelete, Fragment, ProgressNotify bool
+	Key, End                                          []byte
+	StartRev                                          int64
+	PrevKV, NoPut, NoDelete, Fragment, ProgressNotify bool
+	// WatchID is the ID the client picks (0: the stream's choice).
+	WatchID int64
 	// ProgressAtOnce: the client asks for progress (RequestProgress)
 	// right behind the create, on the same stream, as a watch cache
 	// that wants its first bookmark does.
@@ -700,10 +712,11 @@ func (c *client) openWatch(n *node, rev int64) *clientWatch {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
 	spec.Fragment, spec.ProgressNotify, spec.ProgressAtOnce = c.w.chance(0.3), c.w.chance(0.3), c.w.chance(0.3)
-	cw := &clientWatch{spec: spec, lastRev: rev - 1}
-	c.watches = append(c.watches, cw)
-	c.w.note("c%d watch from r%d via %s", c.idx, rev, n.name)
-	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw) })
+	cw := &clientWatch{spec: spec, lastRev: rev - 1, wid: -1}
+	more := c.companions(cw)
+	c.watches = append(append(c.watches, cw), more...)
+	c.w.note("c%d watch from r%d via %s (%d more on the stream)", c.idx, rev, n.name, len(more))
+	c.w.sendToNode(c, n, "watch", func() { n.createWatch(c, cw, more) })
 	return cw
 }
 
@@ -730,6 +743,9 @@ func (c *client) watchCreated(cw *clientWatch) {
 		return
 	}
 	cw.created = true
+	if cw.companion {
+		return // the stream's own watch asks for progress and stalls
+	}
 	c.progressLoop(cw)
 	c.stallLoop(cw)
 }
@@ -782,9 +798,9 @@ func (c *client) watchResponse(cw *clientWatch, r *pb.WatchResponse) {
 	if len(cw.frag) > 0 {
 		events, cw.frag = append(cw.frag, r.Events...), nil
 	}
-	cw.got = append(cw.got, linearizability.Received{Events: events, HeaderRev: r.Header.GetRevision(),
-		Progress: len(events) == 0 && !r.Created && !r.Canceled && r.CompactRevision == 0,
-		Canceled: r.Canceled, CompactRevision: r.CompactRevision})
+	got := received(r)
+	got.Events, got.Progress = events, got.Progress && len(events) == 0
+	cw.got = append(cw.got, got)
 	switch {
 	case r.Canceled:
 		c.watchBroken(cw)
@@ -802,12 +818,23 @@ func (c *client) watchResponse(cw *clientWatch, r *pb.WatchResponse) {
 	}
 }
 
+// received is a whole watch response as the checker takes it.
+func received(r *pb.WatchResponse) linearizability.Received {
+	return linearizability.Received{Events: r.Events, HeaderRev: r.Header.GetRevision(),
+		Progress: len(r.Events) == 0 && !r.Created && !r.Canceled && r.CompactRevision == 0,
+		Canceled: r.Canceled, CompactRevision: r.CompactRevision}
+}
+
 // watchBroken ends a stream; the client resumes from what it has seen.
+// A companion's cancel ends that watch alone.
 func (c *client) watchBroken(cw *clientWatch) {
 	if cw.ended {
 		return
 	}
 	cw.ended = true
+	if cw.companion {
+		return
+	}
 	c.w.note("c%d watch ended at r%d", c.idx, cw.lastRev)
 	if c.watch == cw {
 		c.watch = nil

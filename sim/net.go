@@ -122,11 +122,12 @@ func (w *World) streamDelay(sub *watchSub) time.Duration {
 // several events are split.
 const watchFragmentBytes = 160
 
-// createWatch opens a client's watch stream on this node: every node
-// serves watches, from its hub.
-func (n *node) createWatch(c *client, cw *clientWatch) {
+// createWatch opens a client's watch stream on this node, with cw's
+// watch and the companions that share it: every node serves watches,
+// from its hub.
+func (n *node) createWatch(c *client, cw *clientWatch, more []*clientWatch) {
 	n.nextWatch++
-	sub := &watchSub{id: n.nextWatch, c: c, cw: cw, lastAt: n.w.now}
+	sub := &watchSub{id: n.nextWatch, c: c, cw: cw, node: n, lastAt: n.w.now}
 	sub.ws = n.drv.NewWatchStream(driver.WatchConfig{
 		Limit: n.w.plan.WatchQueue, FragmentBytes: watchFragmentBytes,
 		Header: func(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} },
@@ -136,18 +137,19 @@ func (n *node) createWatch(c *client, cw *clientWatch) {
 		Queued: func() { n.flush(sub) },
 	})
 	n.subs[sub.id] = sub
-	cw.node, cw.nodeEpoch, cw.id = n, n.epoch, sub.id
-	cw.openedBy, cw.openedAt = n.id(), n.w.now
-	req := &pb.WatchCreateRequest{Key: cw.spec.Key, RangeEnd: cw.spec.End, StartRevision: cw.spec.StartRev,
-		PrevKv: cw.spec.PrevKV, Fragment: cw.spec.Fragment, ProgressNotify: cw.spec.ProgressNotify}
-	if cw.spec.NoDelete {
-		req.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}
+	notify := false
+	for _, x := range append([]*clientWatch{cw}, more...) {
+		x.node, x.nodeEpoch, x.id = n, n.epoch, sub.id
+		x.openedBy, x.openedAt = n.id(), n.w.now
+		sub.cws = append(sub.cws, x)
+		sub.creating = append(sub.creating, x)
+		sub.ws.Create(x.spec.createRequest())
+		notify = notify || x.spec.ProgressNotify
 	}
-	sub.ws.Create(req)
 	if cw.spec.ProgressAtOnce {
 		sub.ws.RequestProgress()
 	}
-	if cw.spec.ProgressNotify {
+	if notify {
 		n.notifyProgress(sub)
 	}
 }
@@ -190,6 +192,7 @@ func (n *node) flush(sub *watchSub) {
 			delete(n.subs, sub.id)
 			sub.ws.Close()
 			sub.c.watchBroken(sub.cw)
+			sub.endCompanions()
 			return
 		case sub.cw.stalledUntil > n.w.now:
 			n.flush(sub)
@@ -205,7 +208,7 @@ func (n *node) flush(sub *watchSub) {
 			return
 		}
 		for _, r := range rs {
-			sub.c.watchResponse(sub.cw, r)
+			sub.deliver(r)
 		}
 	})
 }

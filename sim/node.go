@@ -39,11 +39,16 @@ type node struct {
 // watchSub is a client's watch stream served by this node while it
 // leads: the driver's stream, as the server's Watch handler has one.
 type watchSub struct {
-	id     core.WatchID // the node's name for the stream
-	c      *client
-	cw     *clientWatch
-	ws     *driver.WatchStream
-	lastAt time.Duration // delivery time of the last message (FIFO stream)
+	id   core.WatchID // the node's name for the stream
+	c    *client
+	cw   *clientWatch // the client's own watch, first on the stream
+	node *node
+	ws   *driver.WatchStream
+	// cws are the stream's watches, cw first, then its companions
+	// (sim/streams.go); creating, those whose created response has
+	// not come yet, in order.
+	cws, creating []*clientWatch
+	lastAt        time.Duration // delivery time of the last message (FIFO stream)
 	// flushing says a send of what the stream holds is scheduled.
 	flushing bool
 }
@@ -120,6 +125,7 @@ func (n *node) crash() {
 	n.epoch++
 	for _, id := range n.subIDs() {
 		n.subs[id].c.watchBroken(n.subs[id].cw)
+		n.subs[id].endCompanions()
 	}
 	n.subs = map[core.WatchID]*watchSub{}
 }

@@ -334,6 +334,31 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		name:  "merge-skips-full-shards",
 		plant: func(c *Config, on bool) { c.CoreKnobs.MergeSkipsFullShards = on },
 		seeds: 60,
+	}, {
+		// A progress answer on a stream whose hub is behind the floor a
+		// watch resumed there set is raised to the floor: the stream's
+		// other watches, from older revisions (sim/streams.go), are told
+		// of revisions they have not got. Found by the swarm itself once
+		// streams carried several watches.
+		name:  "progress-at-floor",
+		plant: func(c *Config, on bool) { c.Knobs.ProgressAtFloor = on },
+		seeds: 60,
+		want:  []string{"ahead of events"},
+	}, {
+		// A RequestProgress answer waits for the stream's first watch
+		// alone: a companion catching up from an older revision gets a
+		// progress answer ahead of its events.
+		name:  "progress-first-watch-only",
+		plant: func(c *Config, on bool) { c.Knobs.ProgressFirstWatchOnly = on },
+		seeds: 60,
+		want:  []string{"ahead of events"},
+	}, {
+		// A client's cancel of one watch of a stream is acknowledged,
+		// but its events keep coming.
+		name:  "cancel-keeps-watch",
+		plant: func(c *Config, on bool) { c.Knobs.CancelKeepsWatch = on },
+		seeds: 60,
+		want:  []string{"after the watch was canceled"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}
