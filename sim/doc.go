@@ -13,8 +13,10 @@
 // compactions, lease expiry; and of traffic: hot keys (most operations on
 // 1–3 keys, counters incremented by Get-then-CAS loops, more clients) and
 // clients that abandon calls (a timeout as short as one commit, or a
-// cancel right after sending) that may still apply; slow watch readers, a
-// small event ring, and serializable reads a follower answers at the
+// cancel right after sending) that may still apply; slow watch readers,
+// streams that carry several watches as clientv3's do (streams.go: from
+// older revisions, on part of the keys, with filters, picked IDs and
+// cancels, one RequestProgress answer for all), a small event ring, and serializable reads a follower answers at the
 // newest commit point it learned; and auth (auth.go): the engine starts
 // with a store of root, users and roles, the clients run as those users (a
 // call names its user, as a client certificate would), and an admin client
