@@ -145,14 +145,19 @@ func ReadAlarmed(rd Reader) ([]uint64, error) {
 
 // addsData reports whether etcd refuses op while NOSPACE is raised: a put,
 // or a txn with a put in either branch (nested txns included).
-func addsData(op *pb.RequestOp) bool {
+// (successOnly plants TestingKnobs.NoSpaceMissesFailureBranch.)
+func addsData(op *pb.RequestOp, successOnly bool) bool {
 	switch tv := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestPut:
 		return true
 	case *pb.RequestOp_RequestTxn:
-		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()} {
+		branches := [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()}
+		if successOnly {
+			branches = branches[:1]
+		}
+		for _, ops := range branches {
 			for _, o := range ops {
-				if addsData(o) {
+				if addsData(o, successOnly) {
 					return true
 				}
 			}

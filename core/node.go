@@ -86,6 +86,16 @@ type TestingKnobs struct {
 	// its lease instead of keeping it, so the lease's expiry or revoke
 	// no longer deletes it.
 	IgnoreLeaseDetaches bool
+	// NoSpaceMissesFailureBranch: while NOSPACE is raised, a txn is
+	// refused only for a put in its success branch, so one whose puts
+	// are all in its failure branch adds data.
+	NoSpaceMissesFailureBranch bool
+	// AlarmForgottenOnRecover: a new leader starts without the stored
+	// NOSPACE alarm, and takes writes until an operator raises it again.
+	AlarmForgottenOnRecover bool
+	// TxnOpsLimitOffByOne: a txn of exactly MaxTxnOps operations (in
+	// compares or a branch) is refused as too many, which etcd allows.
+	TxnOpsLimitOffByOne bool
 }
 
 func (c Config) withDefaults() Config {
@@ -186,6 +196,9 @@ func NewNode(cfg Config, st State) *Node {
 		leases:    newLeases(st.Leases),
 		latches:   newLatches(cfg.Testing.LatchMissesRangeStart),
 		alarmed:   st.Alarmed,
+	}
+	if cfg.Testing.AlarmForgottenOnRecover {
+		n.alarmed, st.NoSpace = nil, false
 	}
 	if st.NoSpace && len(n.alarmed) == 0 {
 		n.alarmed = []uint64{AnyMember}

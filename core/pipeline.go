@@ -37,7 +37,7 @@ func (n *Node) Propose(id RequestID, req *pb.RequestOp) {
 	if n.draining {
 		err = ErrNotLeader
 	}
-	if err == nil && n.NoSpace() && addsData(req) {
+	if err == nil && n.NoSpace() && addsData(req, n.cfg.Testing.NoSpaceMissesFailureBranch) {
 		err = ErrNoSpace
 	}
 	if err == nil && len(n.latches.live) >= n.cfg.MaxPending {
@@ -158,7 +158,11 @@ func (n *Node) validate(req *pb.RequestOp) error {
 		}
 	case *pb.RequestOp_RequestTxn:
 		if tv.RequestTxn != nil {
-			return ValidateTxn(tv.RequestTxn, n.cfg.MaxTxnOps)
+			maxOps := n.cfg.MaxTxnOps
+			if n.cfg.Testing.TxnOpsLimitOffByOne {
+				maxOps--
+			}
+			return ValidateTxn(tv.RequestTxn, maxOps)
 		}
 	}
 	return ErrKeyNotFound

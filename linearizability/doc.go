@@ -33,7 +33,10 @@
 // range count/limit/more/keys_only/sort/filters, prev_kv) and compares it
 // with what the client got. A known error (compacted, future revision,
 // lease not found or existing, key not found) must be what etcd would
-// answer in that state.
+// answer in that state; one of etcd's gRPC layer (an empty key, a value
+// or lease beside ignore_value or ignore_lease, more operations than
+// MaxTxnOps, a key written twice on one path) what it answers whatever
+// the state, and a request it refuses must not be accepted.
 //
 // Every response must carry its header revision, and only linearizable
 // reads belong in the history: a serializable read may be stale by design.

@@ -35,6 +35,10 @@ func getAt(key string, rev int64) Input {
 }
 
 func prefix(p string) Input {
+	if p == "" {
+		// clientv3's WithPrefix of "": etcd refuses an empty key.
+		return RangeInput(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
+	}
 	return RangeInput(&pb.RangeRequest{Key: []byte(p), RangeEnd: prefixEnd([]byte(p))})
 }
 

@@ -120,6 +120,13 @@ const (
 	errLeaseNotFound
 	errLeaseExist
 	errKeyNotFound
+	// Refusals of etcd's gRPC layer, whatever the state (invalid.go).
+	errEmptyKey
+	errTooManyOps
+	errDuplicateKey
+	errValueProvided
+	errLeaseProvided
+	errInvalidSort
 )
 
 // Canonical texts, as etcd's server side spells them.
@@ -129,6 +136,12 @@ const (
 	ErrLeaseNotFound = "etcdserver: requested lease not found"
 	ErrLeaseExist    = "etcdserver: lease already exists"
 	ErrKeyNotFound   = "etcdserver: key not found"
+	ErrEmptyKey      = "etcdserver: key is not provided"
+	ErrTooManyOps    = "etcdserver: too many operations in txn request"
+	ErrDuplicateKey  = "etcdserver: duplicate key given in txn request"
+	ErrValueProvided = "etcdserver: value is provided"
+	ErrLeaseProvided = "etcdserver: lease is provided"
+	ErrInvalidSort   = "etcdserver: invalid sort option"
 )
 
 // classify matches by substring: clients see the same text with a gRPC
@@ -145,6 +158,18 @@ func classify(s string) errKind {
 		return errLeaseExist
 	case strings.Contains(s, "key not found"):
 		return errKeyNotFound
+	case strings.Contains(s, "key is not provided"):
+		return errEmptyKey
+	case strings.Contains(s, "too many operations in txn request"):
+		return errTooManyOps
+	case strings.Contains(s, "duplicate key given in txn request"):
+		return errDuplicateKey
+	case strings.Contains(s, "value is provided"):
+		return errValueProvided
+	case strings.Contains(s, "lease is provided"):
+		return errLeaseProvided
+	case strings.Contains(s, "invalid sort option"):
+		return errInvalidSort
 	}
 	return errOther
 }

@@ -129,6 +129,9 @@ func newExec(s *state, rev int64) *exec {
 func (x *exec) run(in Input, out *Output) (Output, errKind) {
 	switch {
 	case in.KV != nil:
+		if k := invalid(in.KV); k != errNone {
+			return Output{}, k
+		}
 		if k := x.precheck(in.KV); k != errNone {
 			return Output{}, k
 		}

@@ -68,12 +68,21 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 				o.writer = !kvWriter && st.hasLeaseKeys(o.in.Revoke.ID)
 			}
 		}
-		// The write first, then what only read, by call time.
+		// The write first, then what only read, by call time; a revoke
+		// that deleted nothing (an expiry, called when its lease was
+		// granted) by its answer, the latest it may take effect: an
+		// operation in between that used the lease fits no state else.
+		at := func(o *ordered) int64 {
+			if o.in.Revoke != nil && !o.writer {
+				return o.op.Return
+			}
+			return o.op.Call
+		}
 		sort.SliceStable(group, func(i, j int) bool {
 			if group[i].writer != group[j].writer {
 				return group[i].writer
 			}
-			return group[i].op.Call < group[j].op.Call
+			return at(group[i]) < at(group[j])
 		})
 		for _, o := range group {
 			ok, next := step(st, o.in, o.out)

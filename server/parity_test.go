@@ -268,6 +268,59 @@ var parityCases = []struct {
 		}
 		return strings.Join(out, "\n"), nil
 	}},
+	{"requests at and past the rules of etcd's gRPC layer", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		if _, err := cli.Put(ctx, p+"a", "1"); err != nil {
+			return "", err
+		}
+		var out []string
+		for i, op := range invalidParity(p) {
+			out = append(out, fmt.Sprintf("%d: %s", i, doRaw(ctx, cli, op)))
+		}
+		return strings.Join(out, "\n"), nil
+	}},
+	{"NOSPACE refuses puts, txns with a put in any branch and lease grants, not deletes, reads or revokes", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		l, err := cli.Grant(ctx, 60)
+		if err != nil {
+			return "", err
+		}
+		if _, err := cli.Put(ctx, p+"a", "1"); err != nil {
+			return "", err
+		}
+		mc := pb.NewMaintenanceClient(cli.ActiveConnection())
+		alarm := func(action pb.AlarmRequest_AlarmAction) error {
+			_, err := mc.Alarm(ctx, &pb.AlarmRequest{Action: action, MemberID: 7, Alarm: pb.AlarmType_NOSPACE})
+			return err
+		}
+		if err := alarm(pb.AlarmRequest_ACTIVATE); err != nil {
+			return "", err
+		}
+		put := func(k string) *pb.RequestOp {
+			return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(p + k), Value: []byte("v")}}}
+		}
+		get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(p + "a")}}}
+		txn := func(then, els []*pb.RequestOp) *pb.RequestOp {
+			return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: then, Failure: els}}}
+		}
+		var out []string
+		for _, op := range []*pb.RequestOp{
+			put("b"),
+			txn([]*pb.RequestOp{get}, []*pb.RequestOp{put("b")}),
+			txn([]*pb.RequestOp{txn(nil, []*pb.RequestOp{put("b")})}, nil),
+			txn([]*pb.RequestOp{get}, []*pb.RequestOp{get}),
+			{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(p + "a")}}},
+		} {
+			out = append(out, doRaw(ctx, cli, op))
+		}
+		_, err = cli.Grant(ctx, 60)
+		out = append(out, fmt.Sprintf("grant: %v", err))
+		_, err = cli.Revoke(ctx, l.ID)
+		out = append(out, fmt.Sprintf("revoke: %v", err))
+		if err := alarm(pb.AlarmRequest_DEACTIVATE); err != nil {
+			return "", err
+		}
+		out = append(out, "disarmed: "+doRaw(ctx, cli, put("b")))
+		return strings.Join(out, "\n"), nil
+	}},
 }
 
 func header(r *clientv3.TxnResponse) *pb.ResponseHeader {
@@ -296,6 +349,94 @@ func deleted(r *clientv3.DeleteResponse) int64 {
 		return -1
 	}
 	return r.Deleted
+}
+
+// invalidParity are requests at and past the rules of etcd's gRPC layer
+// that the simulator's etcd clients send (sim/alarm.go invalidRequest),
+// each keyed under p.
+func invalidParity(p string) []*pb.RequestOp {
+	put := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(p + k), Value: []byte("v")}}}
+	}
+	get := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(p + k)}}}
+	}
+	del := func(k, end string) *pb.RequestOp {
+		d := &pb.DeleteRangeRequest{Key: []byte(p + k)}
+		if end != "" {
+			d.RangeEnd = []byte(p + end)
+		}
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: d}}
+	}
+	txn := func(cmps []*pb.Compare, then, els []*pb.RequestOp) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Compare: cmps, Success: then, Failure: els}}}
+	}
+	cmp := func(k string) *pb.Compare {
+		return &pb.Compare{Key: []byte(p + k), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{}}
+	}
+	n := func(count int, f func(i int) *pb.RequestOp) []*pb.RequestOp {
+		var ops []*pb.RequestOp
+		for i := range count {
+			ops = append(ops, f(i))
+		}
+		return ops
+	}
+	cmps := func(count int) []*pb.Compare {
+		var out []*pb.Compare
+		for range count {
+			out = append(out, cmp("a"))
+		}
+		return out
+	}
+	emptyKey := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Value: []byte("v")}}}
+	valueProvided := put("a")
+	valueProvided.GetRequestPut().IgnoreValue = true
+	leaseProvided := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(p + "a"), IgnoreLease: true, Lease: 7}}}
+	emptyDelete := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{}}}
+	getEmpty := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{}}}
+	nested := func(count int) *pb.RequestOp {
+		return txn(cmps(2), []*pb.RequestOp{txn(nil, n(count, func(int) *pb.RequestOp { return get("a") }), nil)}, nil)
+	}
+	return []*pb.RequestOp{
+		emptyKey, valueProvided, leaseProvided, emptyDelete,
+		txn([]*pb.Compare{{Target: pb.Compare_MOD, Result: pb.Compare_EQUAL}}, []*pb.RequestOp{put("a")}, nil),
+		txn(nil, []*pb.RequestOp{put("a"), getEmpty}, nil),
+		txn(nil, []*pb.RequestOp{put("a"), get("a"), put("a")}, nil),
+		txn(cmps(1), []*pb.RequestOp{put("a")}, []*pb.RequestOp{put("a")}),
+		txn(nil, []*pb.RequestOp{del("a", "c"), put("b")}, nil),
+		txn(nil, []*pb.RequestOp{del("a", "b"), put("b")}, nil),
+		txn(nil, []*pb.RequestOp{txn(cmps(1), []*pb.RequestOp{put("a")}, []*pb.RequestOp{put("a")})}, nil),
+		txn(nil, []*pb.RequestOp{txn(cmps(1), []*pb.RequestOp{put("a")}, []*pb.RequestOp{put("a")}), put("a")}, nil),
+		txn(cmps(128), []*pb.RequestOp{put("a")}, nil),
+		txn(cmps(129), []*pb.RequestOp{put("a")}, nil),
+		txn(nil, n(128, func(i int) *pb.RequestOp { return del(fmt.Sprintf("many/%d", i), "") }), nil),
+		txn(nil, n(129, func(i int) *pb.RequestOp { return del(fmt.Sprintf("many/%d", i), "") }), nil),
+		nested(126), nested(127),
+		txn(nil, []*pb.RequestOp{get("a"), {}}, nil),
+	}
+}
+
+// doRaw sends op as its own gRPC call and renders the answer's shape or
+// the error.
+func doRaw(ctx context.Context, cli *clientv3.Client, op *pb.RequestOp) string {
+	kv := pb.NewKVClient(cli.ActiveConnection())
+	var err error
+	what := "ok"
+	switch tv := op.Request.(type) {
+	case *pb.RequestOp_RequestPut:
+		_, err = kv.Put(ctx, tv.RequestPut)
+	case *pb.RequestOp_RequestDeleteRange:
+		_, err = kv.DeleteRange(ctx, tv.RequestDeleteRange)
+	case *pb.RequestOp_RequestTxn:
+		var r *pb.TxnResponse
+		if r, err = kv.Txn(ctx, tv.RequestTxn); err == nil {
+			what = fmt.Sprintf("succeeded=%v responses=%d", r.Succeeded, len(r.Responses))
+		}
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return what
 }
 
 // TestParityWithEtcd runs parityCases against both systems. Revisions

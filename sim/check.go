@@ -60,6 +60,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkLeaseLife(); err != nil {
 		return err
 	}
+	if err := w.checkAlarms(); err != nil {
+		return err
+	}
 	if err := w.checkOracle(evs); err != nil {
 		return err
 	}

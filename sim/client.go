@@ -25,6 +25,7 @@ const (
 	opKeepAlive
 	opCompact
 	opAuth // a change of the auth store (the admin's)
+	opAlarm
 )
 
 // input is what a client asked.
@@ -38,6 +39,7 @@ type input struct {
 	// counter marks the read and the Txn of a hot-counter CAS loop.
 	counter bool
 	auth    auth.Change
+	alarm   *alarmChange
 }
 
 type callStatus uint8
@@ -118,6 +120,9 @@ type client struct {
 	// compacted is a compact revision this client's compaction stored:
 	// its next call reads everything at it, while the sweep runs.
 	compacted int64
+	// raised are the members whose NOSPACE alarm this client raised and
+	// has not surely disarmed (alarm.go).
+	raised []uint64
 }
 
 type listState struct {
@@ -414,6 +419,11 @@ func (c *client) next() input {
 	if c.admin && w.chance(w.plan.AuthShare) {
 		return c.authChange()
 	}
+	if c.idx == 1 && w.plan.AlarmShare > 0 {
+		if in, ok := c.alarmTurn(); ok {
+			return in
+		}
+	}
 	if hot := w.plan.HotKeys; c.counter == nil && len(hot) > 0 && w.chance(w.plan.HotShare/2) {
 		c.counter = &counterLoop{key: hot[w.rng.IntN(len(hot))]}
 	}
@@ -439,6 +449,9 @@ func (c *client) next() input {
 			c.list = &listState{next: []byte("/registry/pods/")}
 			return input{kind: opRange, rng: &pb.RangeRequest{Key: c.list.next, RangeEnd: []byte("/registry/pods0"), Limit: 2}}
 		}
+	}
+	if w.plan.InvalidShare > 0 && w.chance(w.plan.InvalidShare) {
+		return c.invalidRequest()
 	}
 	switch w.rng.IntN(10) {
 	case 0, 1, 2:
@@ -518,6 +531,10 @@ func (c *client) issue() {
 	}
 	if w.healed {
 		if c.final {
+			return
+		}
+		if in, ok := c.alarmTurn(); ok {
+			c.send(in) // its alarms go before its final write
 			return
 		}
 		c.final = true
@@ -609,6 +626,7 @@ func (c *client) answered(cl *call, resp *pb.ResponseOp, lr leaseReply, rev int6
 	}
 	c.learn(cl)
 	c.learnCounter(cl)
+	c.learnAlarm(cl)
 	c.cur = nil
 	c.think(cl)
 }

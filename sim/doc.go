@@ -24,7 +24,13 @@
 // leader and followers, under the same faults; on some seeds the store is
 // troubled: its commits often end uncertain, the leader's loads of it from
 // a snapshot stall, and the admin backs off after a failed change, so
-// loads run across failed changes and distrust windows pass unread. Nodes
+// loads run across failed changes and distrust windows pass unread; an
+// etcd client raises members' NOSPACE alarms (alarm.go) and disarms them
+// soon after, on some seeds, the lead moving after some raises; the etcd
+// clients send a few requests etcd refuses or accepts at the edge of its
+// rules (empty keys, ignore_value with a value, a key written twice on a
+// path, --max-txn-ops and one more), and some seeds let the leader hold
+// only a few writes in flight (core's MaxPending). Nodes
 // check ranges, writes and compactions as the server does, with the
 // driver's choice of store. After the client budget is spent the faults
 // heal and every client must get a write through and every watch must
@@ -44,7 +50,9 @@
 // uncertain changes resolved by the engine's outcome of their
 // transactions, the chain of applied changes checked against the engine's
 // final store; lease calls, watches and puts that attach a lease are not
-// judged), and a snapshot (core.Export) that holds exactly the events
+// judged), every write and lease grant refused for NOSPACE or accepted
+// fits the alarm changes around it in real time (checkAlarms), and a
+// snapshot (core.Export) that holds exactly the events
 // since the compaction and the versions alive at it; core invariants run
 // after every step, with one across nodes: a term is led by one node,
 // once; and no engine read of a node meets a malformed record (a write

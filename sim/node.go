@@ -79,7 +79,7 @@ func (n *node) start() {
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
-		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: n.w.plan.CatchUpBatch, MaxAttempts: 64, SweepBatch: 4, RevisionBatch: n.w.plan.RevisionBatch, Testing: n.w.cfg.CoreKnobs},
+		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: n.w.plan.CatchUpBatch, MaxAttempts: 64, SweepBatch: 4, RevisionBatch: n.w.plan.RevisionBatch, MaxPending: n.w.plan.MaxPending, Testing: n.w.cfg.CoreKnobs},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
 		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeyCacheBytes: n.w.plan.KeyCacheBytes,
@@ -432,6 +432,8 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 		submit(func(a func(core.Response)) core.RequestID { return d.KeepAlive(c.in.lease, a) })
 	case opAuth:
 		n.changeAuth(c, done)
+	case opAlarm:
+		submit(func(a func(core.Response)) core.RequestID { return d.SetAlarm(c.in.alarm.member, c.in.alarm.raise, a) })
 	}
 }
 

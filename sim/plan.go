@@ -159,6 +159,16 @@ type Plan struct {
 	AuthFaults    float64
 	AuthLoadStall time.Duration
 	AdminBackoff  time.Duration
+	// AlarmShare of an etcd client's calls raise a member's NOSPACE
+	// alarm (alarm.go), which it disarms soon after; InvalidShare of the
+	// etcd clients' calls are requests etcd refuses, or at the edge of
+	// its rules (not under auth, whose checks do not judge them).
+	AlarmShare   float64
+	InvalidShare float64
+	// MaxPending is core's (Config): on some seeds a few writes in
+	// flight, past which the leader refuses more as etcd does when its
+	// apply falls behind (0: core's default).
+	MaxPending int
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -272,6 +282,15 @@ func drawTraffic(w *World, p *Plan) {
 			p.AdminBackoff = w.between(engineDeadline, 5*engineDeadline)
 		}
 	}
+	if w.chance(0.3) {
+		p.AlarmShare = 0.03 + 0.07*w.rng.Float64()
+	}
+	if !p.Auth && w.chance(0.5) {
+		p.InvalidShare = 0.01 + 0.04*w.rng.Float64()
+	}
+	if w.chance(0.15) {
+		p.MaxPending = 2 + w.rng.IntN(4)
+	}
 }
 
 // traffic renders the plan's client mix for the one-line result.
@@ -298,6 +317,15 @@ func (p Plan) traffic() string {
 	}
 	if p.Auth {
 		s += fmt.Sprintf(" auth=%.0f%%", 100*p.AuthShare)
+	}
+	if p.AlarmShare > 0 {
+		s += fmt.Sprintf(" alarm=%.0f%%", 100*p.AlarmShare)
+	}
+	if p.InvalidShare > 0 {
+		s += fmt.Sprintf(" invalid=%.0f%%", 100*p.InvalidShare)
+	}
+	if p.MaxPending > 0 {
+		s += fmt.Sprintf(" maxpending=%d", p.MaxPending)
 	}
 	if p.AuthFaults > 0 {
 		s += fmt.Sprintf(" authfaults=%.0f%% authstall=%v backoff=%v", 100*p.AuthFaults, p.AuthLoadStall.Round(time.Millisecond), p.AdminBackoff.Round(time.Millisecond))

@@ -359,6 +359,32 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.Knobs.CancelKeepsWatch = on },
 		seeds: 60,
 		want:  []string{"after the watch was canceled"},
+	}, {
+		// While NOSPACE is raised a txn whose puts are all in its failure
+		// branch goes through: an etcd client raises and disarms alarms
+		// (alarm.go), and the etcd clients' nested txns put in either
+		// branch; checkAlarms finds a write accepted after a raise was
+		// acknowledged with no disarm since.
+		name:  "nospace-misses-failure-branch",
+		plant: func(c *Config, on bool) { c.CoreKnobs.NoSpaceMissesFailureBranch = on },
+		seeds: 40,
+		want:  []string{"raised member"},
+	}, {
+		// A new leader forgets the stored NOSPACE alarm: the lead moves
+		// soon after three in ten raises, as an operator moves it off a
+		// member being defragmented.
+		name:  "alarm-forgotten-on-recover",
+		plant: func(c *Config, on bool) { c.CoreKnobs.AlarmForgottenOnRecover = on },
+		seeds: 60,
+		want:  []string{"raised member"},
+	}, {
+		// A txn of exactly --max-txn-ops operations is refused as too
+		// many: the etcd clients send a few at the limit and one past it
+		// (invalidRequest), which the model holds to etcd's rule.
+		name:  "txn-ops-limit-off-by-one",
+		plant: func(c *Config, on bool) { c.CoreKnobs.TxnOpsLimitOffByOne = on },
+		seeds: 40,
+		want:  []string{"too many operations"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}

@@ -100,6 +100,9 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
+		{"nospace-misses-failure-branch", "while NOSPACE is raised, a txn whose puts are all in its failure branch is let through", &c.NoSpaceMissesFailureBranch},
+		{"alarm-forgotten-on-recover", "a new leader starts without the stored NOSPACE alarm", &c.AlarmForgottenOnRecover},
+		{"txn-ops-limit-off-by-one", "a txn of exactly --max-txn-ops operations is refused as too many", &c.TxnOpsLimitOffByOne},
 	}
 }
 
