@@ -120,6 +120,7 @@ const (
 	errLeaseNotFound
 	errLeaseExist
 	errKeyNotFound
+	errLeaseTTLTooLarge
 )
 
 // Canonical texts, as etcd's server side spells them.
@@ -129,6 +130,8 @@ const (
 	ErrLeaseNotFound = "etcdserver: requested lease not found"
 	ErrLeaseExist    = "etcdserver: lease already exists"
 	ErrKeyNotFound   = "etcdserver: key not found"
+	// ErrLeaseTTLTooLarge refuses a grant above MaxLeaseTTL.
+	ErrLeaseTTLTooLarge = "etcdserver: too large lease TTL"
 )
 
 // classify matches by substring: clients see the same text with a gRPC
@@ -145,6 +148,8 @@ func classify(s string) errKind {
 		return errLeaseExist
 	case strings.Contains(s, "key not found"):
 		return errKeyNotFound
+	case strings.Contains(s, "too large lease TTL"):
+		return errLeaseTTLTooLarge
 	}
 	return errOther
 }
