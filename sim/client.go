@@ -25,6 +25,8 @@ const (
 	opKeepAlive
 	opCompact
 	opAuth // a change of the auth store (the admin's)
+	opTimeToLive
+	opLeases
 )
 
 // input is what a client asked.
@@ -38,6 +40,8 @@ type input struct {
 	// counter marks the read and the Txn of a hot-counter CAS loop.
 	counter bool
 	auth    auth.Change
+	// keys: a time-to-live asks for the lease's keys (leaseapi.go).
+	keys bool
 }
 
 type callStatus uint8
@@ -76,6 +80,8 @@ type call struct {
 	// call without error (the one the client sent it to), and when.
 	answeredBy string
 	answeredAt time.Duration
+	// query is a time-to-live's or lease list's answer.
+	query *leaseQuery
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).
@@ -466,6 +472,9 @@ func (c *client) next() input {
 	case 5:
 		return c.read(c.etcdRange())
 	case 6:
+		if w.chance(0.4) {
+			return c.leaseAPI()
+		}
 		ttl := int64(2 + w.rng.IntN(4))
 		if w.chance(0.05) {
 			ttl = core.MaxLeaseTTL // etcd's longest: it must outlive the run
