@@ -86,6 +86,19 @@ type TestingKnobs struct {
 	// its lease instead of keeping it, so the lease's expiry or revoke
 	// no longer deletes it.
 	IgnoreLeaseDetaches bool
+	// GrantReplacesLease: a grant that names the ID of a live lease
+	// replaces it instead of being refused (etcd: lease already exists).
+	GrantReplacesLease bool
+	// RevokeUnknownAnswersOK: a revoke of a lease the leader does not
+	// hold is answered as done at the commit point, not "lease not found".
+	RevokeUnknownAnswersOK bool
+	// LeaseKeepsDetachedKeys: a key put with another lease, or without
+	// one, or deleted, stays among its old lease's keys (time-to-live
+	// lists it; a revoke skips it, as it checks each key's lease).
+	LeaseKeepsDetachedKeys bool
+	// TimeToLiveFromGrant: time-to-live counts a lease's remaining time
+	// from when its grant committed, not from its last keepalive.
+	TimeToLiveFromGrant bool
 }
 
 func (c Config) withDefaults() Config {

@@ -97,6 +97,10 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
+		{"grant-replaces-lease", "a grant naming a live lease's ID replaces the lease instead of being refused", &c.GrantReplacesLease},
+		{"revoke-unknown-answers-ok", "a revoke of a lease the leader does not hold is answered as done", &c.RevokeUnknownAnswersOK},
+		{"lease-keeps-detached-keys", "a key put with another lease or none, or deleted, stays among its old lease's keys", &c.LeaseKeepsDetachedKeys},
+		{"time-to-live-from-grant", "time-to-live counts a lease's remaining time from its grant, not its last keepalive", &c.TimeToLiveFromGrant},
 	}
 }
 
