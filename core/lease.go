@@ -181,7 +181,8 @@ func (n *Node) unpark(l *lease, gone bool) {
 
 // Grant asks to create a lease of ttl seconds; id 0 lets the node pick
 // one: the term in the high 32 bits and a count within it below, so no
-// two leaders pick the same. A grant changes no key and takes no
+// two leaders pick the same. A client may name any other ID, negative
+// ones too, as etcd grants them. A grant changes no key and takes no
 // revision, as in etcd.
 func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	switch {
@@ -194,7 +195,7 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	case ttl > MaxLeaseTTL:
 		n.respond(id, ErrLeaseTTLTooLarge)
 		return
-	case leaseID < 0:
+	case leaseID < 0 && n.cfg.Testing.RefuseNegativeLeaseIDs:
 		n.respond(id, ErrLeaseNotFound)
 		return
 	case leaseID != 0 && n.leases.byID[leaseID] != nil && !n.cfg.Testing.GrantReplacesLease:

@@ -99,6 +99,9 @@ type TestingKnobs struct {
 	// TimeToLiveFromGrant: time-to-live counts a lease's remaining time
 	// from when its grant committed, not from its last keepalive.
 	TimeToLiveFromGrant bool
+	// RefuseNegativeLeaseIDs: a grant naming a negative ID is refused
+	// "lease not found" (Axon did so); etcd grants it.
+	RefuseNegativeLeaseIDs bool
 }
 
 func (c Config) withDefaults() Config {

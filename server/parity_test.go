@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,6 +157,31 @@ var parityCases = []struct {
 		note("a second grant of it", err)
 		_, err = cli.Lease.Grant(ctx, core.MaxLeaseTTL+1)
 		note("a grant above the largest TTL", err)
+		neg, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: -int64(id), TTL: 30})
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("grant of a negative ID: honoured=%v", neg.ID == -int64(id)))
+		if _, err := cli.Put(ctx, p+"neg", "1", clientv3.WithLease(-id)); err != nil {
+			return "", err
+		}
+		nt, err := cli.TimeToLive(ctx, -id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return "", err
+		}
+		nl, err := cli.Leases(ctx)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("its time-to-live: granted=%d keys=%q; listed=%v", nt.GrantedTTL, nt.Keys, slices.ContainsFunc(nl.Leases, func(l clientv3.LeaseStatus) bool { return l.ID == -id })))
+		if _, err := cli.Revoke(ctx, -id); err != nil {
+			return "", err
+		}
+		ng, err := cli.Get(ctx, p+"neg")
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("its revoke deleted its key: %v", len(ng.Kvs) == 0))
 		_, err = cli.Revoke(ctx, id+1)
 		note("a revoke of a lease never granted", err)
 		if _, err := cli.Put(ctx, p+"a", "1", clientv3.WithLease(id)); err != nil {

@@ -101,6 +101,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"revoke-unknown-answers-ok", "a revoke of a lease the leader does not hold is answered as done", &c.RevokeUnknownAnswersOK},
 		{"lease-keeps-detached-keys", "a key put with another lease or none, or deleted, stays among its old lease's keys", &c.LeaseKeepsDetachedKeys},
 		{"time-to-live-from-grant", "time-to-live counts a lease's remaining time from its grant, not its last keepalive", &c.TimeToLiveFromGrant},
+		{"refuse-negative-lease-ids", "a grant naming a negative lease ID is refused 'lease not found'", &c.RefuseNegativeLeaseIDs},
 	}
 }
 
