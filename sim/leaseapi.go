@@ -14,9 +14,10 @@ import (
 	"github.com/axon-kv/axon/core"
 )
 
-// chosenLeaseBase starts the lease IDs the etcd clients choose: far above
-// the ones a leader picks (its term in the high 32 bits), so that an ID
-// a client drew for a call no grant named is known never granted.
+// chosenLeaseBase starts the lease IDs the etcd clients choose (and,
+// negated, ends the negative ones): far from the ones a leader picks (its
+// term in the high 32 bits), so that an ID a client drew for a call no
+// grant named is known never granted.
 const chosenLeaseBase = 1 << 52
 
 // leaseQuery is what a time-to-live or lease list answered.
@@ -30,7 +31,8 @@ type leaseQuery struct {
 
 // leaseAPI draws one of the lease calls beyond a grant, keepalive or
 // revoke of a lease the client holds, as etcdctl and clientv3 offer them:
-// a grant of an ID the client chooses (a fresh one, or one of its own
+// a grant of an ID the client chooses (a fresh one, a fifth of them
+// negative, or one of its own
 // leases of etcd's longest TTL, so refused), a grant above etcd's largest
 // TTL, a revoke of a lease never granted or revoked already, a
 // time-to-live (mostly with keys) of any lease a grant answered, and a
@@ -39,6 +41,9 @@ type leaseQuery struct {
 func (c *client) leaseAPI() input {
 	w := c.w
 	fresh := chosenLeaseBase + int64(w.hist.issued) // no other call draws it
+	if w.chance(0.2) {
+		fresh = -fresh // etcd grants a negative ID a client names
+	}
 	ttl := int64(2 + w.rng.IntN(4))
 	switch r := w.rng.IntN(20); {
 	case r < 5:
@@ -322,7 +327,7 @@ func (f *leaseFacts) checkList(q *call) error {
 	listed := map[int64]bool{}
 	for _, id := range q.query.ids {
 		listed[id] = true
-		if id >= chosenLeaseBase && !f.named[id] {
+		if (id >= chosenLeaseBase || id <= -chosenLeaseBase) && !f.named[id] {
 			return fmt.Errorf("lease list holds lease %d, which no grant named", id)
 		}
 		if rv, gone := f.surelyGone(id, q); gone {
