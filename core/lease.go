@@ -42,6 +42,8 @@ type LeaseState struct {
 type lease struct {
 	id, ttl int64
 	expiry  time.Duration // on the driver's clock; 0 until first Tick
+	// granted is when its grant committed (TestingKnobs.TimeToLiveFromGrant).
+	granted time.Duration
 	// busy: a grant or revoke of the lease is in flight. Requests that
 	// use the lease meanwhile are parked until it ends, so that their
 	// answer is ordered after it.
@@ -104,11 +106,12 @@ func (ls *leases) existing(id int64) *lease {
 	return nil
 }
 
-// attach moves keys between leases as committed events say.
-func (ls *leases) attach(events []Event) {
+// attach moves keys between leases as committed events say (keep:
+// TestingKnobs.LeaseKeepsDetachedKeys).
+func (ls *leases) attach(events []Event, keep bool) {
 	for _, ev := range events {
 		key := string(ev.Kv.Key)
-		if ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
+		if ev.PrevKv != nil && ev.PrevKv.Lease != 0 && !keep {
 			if l := ls.byID[ev.PrevKv.Lease]; l != nil {
 				delete(l.keys, key)
 			}
@@ -178,7 +181,8 @@ func (n *Node) unpark(l *lease, gone bool) {
 
 // Grant asks to create a lease of ttl seconds; id 0 lets the node pick
 // one: the term in the high 32 bits and a count within it below, so no
-// two leaders pick the same. A grant changes no key and takes no
+// two leaders pick the same. A client may name any other ID, negative
+// ones too, as etcd grants them. A grant changes no key and takes no
 // revision, as in etcd.
 func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	switch {
@@ -191,10 +195,10 @@ func (n *Node) Grant(id RequestID, leaseID, ttl int64) {
 	case ttl > MaxLeaseTTL:
 		n.respond(id, ErrLeaseTTLTooLarge)
 		return
-	case leaseID < 0:
+	case leaseID < 0 && n.cfg.Testing.RefuseNegativeLeaseIDs:
 		n.respond(id, ErrLeaseNotFound)
 		return
-	case leaseID != 0 && n.leases.byID[leaseID] != nil:
+	case leaseID != 0 && n.leases.byID[leaseID] != nil && !n.cfg.Testing.GrantReplacesLease:
 		n.respond(id, ErrLeaseExist)
 		return
 	}
@@ -221,6 +225,9 @@ func (n *Node) Revoke(id RequestID, leaseID int64) {
 		return // the successor expires it
 	case n.draining:
 		n.respond(id, ErrNotLeader)
+		return
+	case l == nil && n.cfg.Testing.RevokeUnknownAnswersOK:
+		n.answer(Response{ID: id, Rev: n.committed})
 		return
 	case l == nil:
 		n.respond(id, ErrLeaseNotFound)
@@ -268,7 +275,9 @@ func (n *Node) TimeToLive(leaseID int64, now time.Duration) (LeaseInfo, error) {
 		return LeaseInfo{}, ErrLeaseNotFound
 	}
 	info := LeaseInfo{ID: l.id, GrantedTTL: l.ttl}
-	if l.expiry == 0 {
+	if n.cfg.Testing.TimeToLiveFromGrant && l.granted != 0 {
+		info.Remaining = max(0, expiryAfter(l.granted, l.ttl)-now)
+	} else if l.expiry == 0 {
 		info.Remaining = time.Duration(l.ttl) * time.Second
 	} else if l.expiry > now {
 		info.Remaining = l.expiry - now
@@ -328,6 +337,7 @@ func (n *Node) commitLease(op *LeaseOp) {
 	}
 	l.busy = false
 	l.expiry = expiryAfter(n.leases.now, l.ttl)
+	l.granted = n.leases.now
 	n.unpark(l, false)
 }
 

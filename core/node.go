@@ -96,6 +96,22 @@ type TestingKnobs struct {
 	// TxnOpsLimitOffByOne: a txn of exactly MaxTxnOps operations (in
 	// compares or a branch) is refused as too many, which etcd allows.
 	TxnOpsLimitOffByOne bool
+	// GrantReplacesLease: a grant that names the ID of a live lease
+	// replaces it instead of being refused (etcd: lease already exists).
+	GrantReplacesLease bool
+	// RevokeUnknownAnswersOK: a revoke of a lease the leader does not
+	// hold is answered as done at the commit point, not "lease not found".
+	RevokeUnknownAnswersOK bool
+	// LeaseKeepsDetachedKeys: a key put with another lease, or without
+	// one, or deleted, stays among its old lease's keys (time-to-live
+	// lists it; a revoke skips it, as it checks each key's lease).
+	LeaseKeepsDetachedKeys bool
+	// TimeToLiveFromGrant: time-to-live counts a lease's remaining time
+	// from when its grant committed, not from its last keepalive.
+	TimeToLiveFromGrant bool
+	// RefuseNegativeLeaseIDs: a grant naming a negative ID is refused
+	// "lease not found" (Axon did so); etcd grants it.
+	RefuseNegativeLeaseIDs bool
 }
 
 func (c Config) withDefaults() Config {

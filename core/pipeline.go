@@ -466,7 +466,7 @@ func (n *Node) advance() {
 func (n *Node) commit(rev int64, s *slot) {
 	eff := s.eff
 	n.hub.publish(rev, eff.Events)
-	n.leases.attach(eff.Events)
+	n.leases.attach(eff.Events, n.cfg.Testing.LeaseKeepsDetachedKeys)
 	w := s.work
 	r := Response{ID: w.ID, Rev: rev, Wrote: len(eff.Events) > 0, Response: eff.Response, Err: eff.Err}
 	if w.Lease != nil {

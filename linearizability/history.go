@@ -127,6 +127,7 @@ const (
 	errValueProvided
 	errLeaseProvided
 	errInvalidSort
+	errLeaseTTLTooLarge
 )
 
 // Canonical texts, as etcd's server side spells them.
@@ -142,6 +143,8 @@ const (
 	ErrValueProvided = "etcdserver: value is provided"
 	ErrLeaseProvided = "etcdserver: lease is provided"
 	ErrInvalidSort   = "etcdserver: invalid sort option"
+	// ErrLeaseTTLTooLarge refuses a grant above MaxLeaseTTL.
+	ErrLeaseTTLTooLarge = "etcdserver: too large lease TTL"
 )
 
 // classify matches by substring: clients see the same text with a gRPC
@@ -170,6 +173,8 @@ func classify(s string) errKind {
 		return errLeaseProvided
 	case strings.Contains(s, "invalid sort option"):
 		return errInvalidSort
+	case strings.Contains(s, "too large lease TTL"):
+		return errLeaseTTLTooLarge
 	}
 	return errOther
 }

@@ -518,7 +518,14 @@ func (x *exec) txn(t *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, errKind) {
 	return resp, errNone
 }
 
+// MaxLeaseTTL is etcd's largest lease TTL in seconds: a grant above it is
+// refused before its ID is looked at.
+const MaxLeaseTTL = 9_000_000_000
+
 func (x *exec) grant(g *pb.LeaseGrantRequest, out *Output) (Output, errKind) {
+	if g.TTL > MaxLeaseTTL {
+		return Output{}, errLeaseTTLTooLarge
+	}
 	if g.ID != 0 && x.leaseLive(g.ID) {
 		return Output{}, errLeaseExist
 	}

@@ -105,6 +105,16 @@ func TestCheck(t *testing.T) {
 			{call: 20, ret: 30, in: revoke(7), out: revoked(1)},
 			{call: 40, ret: 50, in: putLease("a", "1", 7), out: putOK(2)},
 		}, porcupine.Illegal},
+		{"grant above the largest TTL succeeded", []op{
+			{call: 0, ret: 10, in: Input{Grant: &pb.LeaseGrantRequest{ID: 7, TTL: MaxLeaseTTL + 1}}, out: granted(1, 7)},
+		}, porcupine.Illegal},
+		{"second grant of a live lease ID succeeded", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: grant(7), out: granted(1, 7)},
+		}, porcupine.Illegal},
+		{"revoke of a lease never granted succeeded", []op{
+			{call: 0, ret: 10, in: revoke(7), out: revoked(1)},
+		}, porcupine.Illegal},
 		{"range count ignores limit", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
 			{call: 20, ret: 30, in: put("b", "1"), out: putOK(3)},
@@ -129,6 +139,14 @@ func TestCheck(t *testing.T) {
 			{call: 10, ret: 20, in: get("a"), out: got(2)},
 			{call: 30, ret: 40, in: get("a"), out: got(3, kv("a", "1", 3, 3, 1))},
 			{call: 50, ret: 60, in: get("a"), out: got(4, kv("a", "1", 3, 3, 1))},
+		}, porcupine.Ok},
+		{"a chosen lease ID refused while live, granted once revoked", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: grant(7), out: errOut(ErrLeaseExist)},
+			{call: 40, ret: 50, in: Input{Grant: &pb.LeaseGrantRequest{TTL: MaxLeaseTTL + 1}}, out: errOut(ErrLeaseTTLTooLarge)},
+			{call: 60, ret: 70, in: revoke(7), out: revoked(1)},
+			{call: 80, ret: 90, in: revoke(7), out: errOut(ErrLeaseNotFound)},
+			{call: 100, ret: 110, in: grant(7), out: granted(1, 7)},
 		}, porcupine.Ok},
 		{"revision order beats call order", []op{
 			{call: 0, ret: 50, in: put("a", "1"), out: putOK(5)},

@@ -64,11 +64,12 @@ func genHistory(seed uint64, n int) []porcupine.Operation {
 }
 
 var errText = map[errKind]string{
-	errCompacted:     ErrCompacted,
-	errFutureRev:     ErrFutureRev,
-	errLeaseNotFound: ErrLeaseNotFound,
-	errLeaseExist:    ErrLeaseExist,
-	errKeyNotFound:   ErrKeyNotFound,
+	errCompacted:        ErrCompacted,
+	errFutureRev:        ErrFutureRev,
+	errLeaseNotFound:    ErrLeaseNotFound,
+	errLeaseExist:       ErrLeaseExist,
+	errKeyNotFound:      ErrKeyNotFound,
+	errLeaseTTLTooLarge: ErrLeaseTTLTooLarge,
 }
 
 func genInput(rng *rand.Rand, s *state, nextLease *int64) Input {

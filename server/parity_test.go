@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,6 +138,98 @@ var parityCases = []struct {
 		note("revoke of a lease without keys", rv.Header, nil)
 		r, err := cli.Put(ctx, p+"b", "1")
 		note("the next put", headerOfPut(r), err)
+		return strings.Join(out, "\n"), nil
+	}},
+	{"leases a client names: its ID honoured, a second grant of it, a TTL too large, a revoke of none, time-to-live with keys", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		var out []string
+		note := func(what string, err error) { out = append(out, fmt.Sprintf("%s: err=%v", what, err)) }
+		id := clientv3.LeaseID(7_000_000_000 + int64(len(p))*1000 + int64(p[len(p)-2]))
+		g, err := cli.Lease.Grant(ctx, 60)
+		if err != nil {
+			return "", err
+		}
+		mine, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(id), TTL: 30})
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("grant of a chosen ID: honoured=%v ttl=%d", mine.ID == int64(id), mine.TTL))
+		_, err = pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(id), TTL: 30})
+		note("a second grant of it", err)
+		_, err = cli.Lease.Grant(ctx, core.MaxLeaseTTL+1)
+		note("a grant above the largest TTL", err)
+		neg, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: -int64(id), TTL: 30})
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("grant of a negative ID: honoured=%v", neg.ID == -int64(id)))
+		if _, err := cli.Put(ctx, p+"neg", "1", clientv3.WithLease(-id)); err != nil {
+			return "", err
+		}
+		nt, err := cli.TimeToLive(ctx, -id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return "", err
+		}
+		nl, err := cli.Leases(ctx)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("its time-to-live: granted=%d keys=%q; listed=%v", nt.GrantedTTL, nt.Keys, slices.ContainsFunc(nl.Leases, func(l clientv3.LeaseStatus) bool { return l.ID == -id })))
+		if _, err := cli.Revoke(ctx, -id); err != nil {
+			return "", err
+		}
+		ng, err := cli.Get(ctx, p+"neg")
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("its revoke deleted its key: %v", len(ng.Kvs) == 0))
+		_, err = cli.Revoke(ctx, id+1)
+		note("a revoke of a lease never granted", err)
+		if _, err := cli.Put(ctx, p+"a", "1", clientv3.WithLease(id)); err != nil {
+			return "", err
+		}
+		if _, err := cli.Put(ctx, p+"b", "1", clientv3.WithLease(id)); err != nil {
+			return "", err
+		}
+		if _, err := cli.Put(ctx, p+"b", "2", clientv3.WithLease(g.ID)); err != nil {
+			return "", err
+		}
+		if _, err := cli.Put(ctx, p+"c", "1", clientv3.WithLease(id)); err != nil {
+			return "", err
+		}
+		if _, err := cli.Delete(ctx, p+"c"); err != nil {
+			return "", err
+		}
+		ttl, err := cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("time-to-live: granted=%d ttl in (20,30]=%v keys=%q", ttl.GrantedTTL, ttl.TTL > 20 && ttl.TTL <= 30, ttl.Keys))
+		if _, err := cli.Revoke(ctx, id); err != nil {
+			return "", err
+		}
+		_, err = cli.Revoke(ctx, id)
+		note("a second revoke", err)
+		ttl, err = cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("time-to-live once revoked: ttl=%d granted=%d keys=%q", ttl.TTL, ttl.GrantedTTL, ttl.Keys))
+		again, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(id), TTL: 5})
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("a grant of the revoked ID: honoured=%v ttl=%d", again.ID == int64(id), again.TTL))
+		ls, err := cli.Leases(ctx)
+		if err != nil {
+			return "", err
+		}
+		listed := 0
+		for _, l := range ls.Leases {
+			if l.ID == id || l.ID == g.ID {
+				listed++
+			}
+		}
+		out = append(out, fmt.Sprintf("leases lists both: %v", listed == 2))
 		return strings.Join(out, "\n"), nil
 	}},
 	{"a prev_kv watcher gets each event's previous version, from the ring and beyond it", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {

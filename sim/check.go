@@ -63,6 +63,9 @@ func (w *World) check(res *Result) error {
 	if err := w.checkAlarms(); err != nil {
 		return err
 	}
+	if err := w.checkLeaseQueries(evs); err != nil {
+		return err
+	}
 	if err := w.checkOracle(evs); err != nil {
 		return err
 	}
@@ -433,8 +436,8 @@ func (w *World) record() *linearizability.Recorder {
 	}
 	granted := map[int64]time.Duration{}
 	for _, cl := range w.hist.calls {
-		if cl.in.kind == opGrant && cl.lease.id != 0 {
-			granted[cl.lease.id] = cl.start
+		if _, ok := granted[cl.lease.id]; cl.in.kind == opGrant && cl.lease.id != 0 && !ok {
+			granted[cl.lease.id] = cl.start // the first: a client may grant an ID again once it ended
 		}
 	}
 	for i, e := range w.expiries {
@@ -459,7 +462,7 @@ func historyInput(cl *call) (linearizability.Input, bool) {
 		// checks it against the store at its revision.
 		return linearizability.RangeInput(cl.in.rng), !cl.in.rng.Serializable
 	case opGrant:
-		return linearizability.Input{Grant: &pb.LeaseGrantRequest{TTL: cl.in.ttl}}, true
+		return linearizability.Input{Grant: &pb.LeaseGrantRequest{ID: cl.in.lease, TTL: cl.in.ttl}}, true
 	case opRevoke:
 		return linearizability.Input{Revoke: &pb.LeaseRevokeRequest{ID: cl.in.lease}}, true
 	case opCompact:

@@ -26,6 +26,8 @@ const (
 	opCompact
 	opAuth // a change of the auth store (the admin's)
 	opAlarm
+	opTimeToLive
+	opLeases
 )
 
 // input is what a client asked.
@@ -40,6 +42,8 @@ type input struct {
 	counter bool
 	auth    auth.Change
 	alarm   *alarmChange
+	// keys: a time-to-live asks for the lease's keys (leaseapi.go).
+	keys bool
 }
 
 type callStatus uint8
@@ -78,6 +82,8 @@ type call struct {
 	// call without error (the one the client sent it to), and when.
 	answeredBy string
 	answeredAt time.Duration
+	// query is a time-to-live's or lease list's answer.
+	query *leaseQuery
 }
 
 // attempt is one revision a call was committed at (maybe uncertainly).
@@ -491,6 +497,9 @@ func (c *client) next() input {
 	case 5:
 		return c.read(c.etcdRange())
 	case 6:
+		if w.chance(0.4) {
+			return c.leaseAPI()
+		}
 		ttl := int64(2 + w.rng.IntN(4))
 		if w.chance(0.05) {
 			ttl = core.MaxLeaseTTL // etcd's longest: it must outlive the run

@@ -6,7 +6,11 @@
 //
 // A World holds three nodes (core.Member plus a small driver whose memory
 // a crash wipes) over one faulty memkv engine, and clients with
-// Kubernetes-like and etcd-like traffic, through leader and followers.
+// Kubernetes-like and etcd-like traffic, through leader and followers;
+// the etcd clients also call the lease API as etcdctl and clientv3 do
+// (leaseapi.go): grants of IDs they choose (some live, so refused) and
+// above etcd's largest TTL, revokes of leases never granted or revoked
+// already, time-to-live with and without keys, and lease lists.
 // Each seed draws its own mix of faults (plan.go): engine errors,
 // unavailability and uncertain commits, crashes, pauses, partitions,
 // message loss and duplication, clock jumps, leader transfers,
@@ -42,7 +46,11 @@
 // applied compare-and-swap on one key swapped the revision it compared (no
 // lost update, counters count every increment), a linearizable history
 // (linearizability) with every serializable read the store as of its
-// revision and no node's serializable reads going back in time, etcd's guarantees on every watch stream, every permission
+// revision and no node's serializable reads going back in time, every
+// time-to-live and lease list fitting the history (its keys those the
+// events attach to the lease at its revision, its remaining TTL within
+// what the grant and keepalives promised, "not found" only once a revoke
+// may have committed), etcd's guarantees on every watch stream, every permission
 // decision fits an auth store between the newest change known before the
 // request started (acknowledged, or applied although its commit failed,
 // once its leader heard the commit's answer) and the newest committed

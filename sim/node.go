@@ -357,11 +357,12 @@ type answer struct {
 	resp  *pb.ResponseOp
 	lease leaseReply
 	rev   int64
+	query *leaseQuery
 }
 
 // handle serves a client call that reached this node and replies.
 func (n *node) handle(c *call) {
-	n.serve(c, false, func(a answer, err error) { n.reply(c, a.resp, a.lease, a.rev, err) })
+	n.serve(c, false, func(a answer, err error) { n.reply(c, a, err) })
 }
 
 // serve runs a call through the driver: a range at a read index, the rest
@@ -423,7 +424,7 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 	case opWrite:
 		checked(func(a func(core.Response)) core.RequestID { return d.Write(c.in.write, a) })
 	case opGrant:
-		submit(func(a func(core.Response)) core.RequestID { return d.Grant(0, c.in.ttl, a) })
+		submit(func(a func(core.Response)) core.RequestID { return d.Grant(c.in.lease, c.in.ttl, a) })
 	case opRevoke:
 		submit(func(a func(core.Response)) core.RequestID { return d.Revoke(c.in.lease, a) })
 	case opCompact:
@@ -434,6 +435,8 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 		n.changeAuth(c, done)
 	case opAlarm:
 		submit(func(a func(core.Response)) core.RequestID { return d.SetAlarm(c.in.alarm.member, c.in.alarm.raise, a) })
+	case opTimeToLive, opLeases:
+		n.leaseQuery(c, got, done)
 	}
 }
 
@@ -617,9 +620,14 @@ func (n *node) rangeAnswer(rd core.Reader, req *pb.RangeRequest, rev, compacted 
 type leaseReply struct{ id, ttl int64 }
 
 // reply sends a call's answer back to its client.
-func (n *node) reply(c *call, resp *pb.ResponseOp, lr leaseReply, rev int64, err error) {
+func (n *node) reply(c *call, a answer, err error) {
 	if err == nil {
 		c.answeredBy, c.answeredAt = n.id(), n.w.now
 	}
-	n.w.sendToClient(n, c.client, "reply", func() { c.client.answered(c, resp, lr, rev, err) })
+	n.w.sendToClient(n, c.client, "reply", func() {
+		if !c.done {
+			c.query = a.query
+		}
+		c.client.answered(c, a.resp, a.lease, a.rev, err)
+	})
 }

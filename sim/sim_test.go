@@ -385,6 +385,46 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.TxnOpsLimitOffByOne = on },
 		seeds: 40,
 		want:  []string{"too many operations"},
+	}, {
+		// A grant naming a live lease's ID replaces the lease: the etcd
+		// clients grant IDs they choose, some of them their own leases
+		// of etcd's longest TTL (leaseAPI).
+		name:  "grant-replaces-lease",
+		plant: func(c *Config, on bool) { c.CoreKnobs.GrantReplacesLease = on },
+		seeds: 40,
+		want:  []string{"not linearizable", "expired by"},
+	}, {
+		// A revoke of a lease the leader does not hold is answered as
+		// done: the etcd clients revoke leases never granted or revoked
+		// already.
+		name:  "revoke-unknown-answers-ok",
+		plant: func(c *Config, on bool) { c.CoreKnobs.RevokeUnknownAnswersOK = on },
+		seeds: 40,
+		want:  []string{"not linearizable"},
+	}, {
+		// A key detached from its lease (put with another lease or none,
+		// or deleted) stays among the lease's keys: only a time-to-live
+		// with keys shows it (checkLeaseKeys).
+		name:  "lease-keeps-detached-keys",
+		plant: func(c *Config, on bool) { c.CoreKnobs.LeaseKeepsDetachedKeys = on },
+		seeds: 60,
+		want:  []string{"listed keys"},
+	}, {
+		// Time-to-live counts the remaining time from the grant, not the
+		// last keepalive: the etcd clients ask the time-to-live of
+		// leases others keep alive (checkTimeToLive's floor).
+		name:  "time-to-live-from-grant",
+		plant: func(c *Config, on bool) { c.CoreKnobs.TimeToLiveFromGrant = on },
+		seeds: 40,
+		want:  []string{"a grant or keepalive promised it"},
+	}, {
+		// A grant naming a negative ID is refused "lease not found"
+		// (the bug the widened grants found; etcd grants it): a fifth of
+		// the IDs the etcd clients choose are negative.
+		name:  "refuse-negative-lease-ids",
+		plant: func(c *Config, on bool) { c.CoreKnobs.RefuseNegativeLeaseIDs = on },
+		seeds: 40,
+		want:  []string{"not linearizable"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}

@@ -103,6 +103,11 @@ func (f *simFlags) switches() []plantSwitch {
 		{"nospace-misses-failure-branch", "while NOSPACE is raised, a txn whose puts are all in its failure branch is let through", &c.NoSpaceMissesFailureBranch},
 		{"alarm-forgotten-on-recover", "a new leader starts without the stored NOSPACE alarm", &c.AlarmForgottenOnRecover},
 		{"txn-ops-limit-off-by-one", "a txn of exactly --max-txn-ops operations is refused as too many", &c.TxnOpsLimitOffByOne},
+		{"grant-replaces-lease", "a grant naming a live lease's ID replaces the lease instead of being refused", &c.GrantReplacesLease},
+		{"revoke-unknown-answers-ok", "a revoke of a lease the leader does not hold is answered as done", &c.RevokeUnknownAnswersOK},
+		{"lease-keeps-detached-keys", "a key put with another lease or none, or deleted, stays among its old lease's keys", &c.LeaseKeepsDetachedKeys},
+		{"time-to-live-from-grant", "time-to-live counts a lease's remaining time from its grant, not its last keepalive", &c.TimeToLiveFromGrant},
+		{"refuse-negative-lease-ids", "a grant naming a negative lease ID is refused 'lease not found'", &c.RefuseNegativeLeaseIDs},
 	}
 }
 
