@@ -26,6 +26,12 @@ func putLease(key, val string, lease int64) Input {
 	return PutInput(&pb.PutRequest{Key: []byte(key), Value: []byte(val), Lease: lease})
 }
 
+// touchLease is a put that keeps key's value and attaches lease: etcd
+// checks the lease first, then that the key exists.
+func touchLease(key string, lease int64) Input {
+	return PutInput(&pb.PutRequest{Key: []byte(key), Lease: lease, IgnoreValue: true})
+}
+
 func putOK(rev int64) Output { return PutOutput(&pb.PutResponse{Header: hdr(rev)}) }
 
 func get(key string) Input { return RangeInput(&pb.RangeRequest{Key: []byte(key)}) }

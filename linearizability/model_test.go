@@ -115,6 +115,38 @@ func TestCheck(t *testing.T) {
 		{"revoke of a lease never granted succeeded", []op{
 			{call: 0, ret: 10, in: revoke(7), out: revoked(1)},
 		}, porcupine.Illegal},
+		// A revoke of a lease with no keys writes nothing: it may take
+		// effect anywhere in its own window, but at one moment for all.
+		{"key not found though the revoke surely finished first", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 5, ret: 55, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
+		}, porcupine.Illegal},
+		{"lease not found though the revoke surely came later", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 100, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrLeaseNotFound)},
+		}, porcupine.Illegal},
+		{"a revoked lease comes back", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 5, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrLeaseNotFound)},
+			{call: 80, ret: 90, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
+		}, porcupine.Illegal},
+		{"a revoked lease comes back for another op", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 5, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: revoke(7), out: errOut(ErrLeaseNotFound)},
+			{call: 80, ret: 90, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
+		}, porcupine.Illegal},
 		{"range count ignores limit", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
 			{call: 20, ret: 30, in: put("b", "1"), out: putOK(3)},
@@ -215,6 +247,31 @@ func TestCheck(t *testing.T) {
 			{call: 60, ret: 70, in: getAt("a", 3), out: got(4, leased(kv("a", "1", 2, 2, 1), 7))},
 			{call: 80, ret: 90, in: putLease("b", "1", 7), out: errOut("etcdserver: " + ErrLeaseNotFound)},
 			{call: 80, ret: 90, in: revoke(7), out: errOut(ErrLeaseNotFound)},
+		}, porcupine.Ok},
+		{"a keyless revoke takes effect late in its window", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 5, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
+			{call: 210, ret: 220, in: touchLease("b", 7), out: errOut(ErrLeaseNotFound)},
+		}, porcupine.Ok},
+		{"a keyless revoke takes effect early in its window", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 45, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrLeaseNotFound)},
+			{call: 80, ret: 90, in: revoke(7), out: errOut(ErrLeaseNotFound)},
+		}, porcupine.Ok},
+		{"a keyless revoke between two failed puts", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: put("a", "1"), out: putOK(2)},
+			{call: 5, ret: 200, in: revoke(7), out: revoked(2)},
+			{call: 40, ret: 50, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 60, ret: 70, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
+			{call: 80, ret: 90, in: touchLease("b", 7), out: errOut(ErrLeaseNotFound)},
+			{call: 100, ret: 110, in: put("c", "1"), out: putOK(3)},
 		}, porcupine.Ok},
 		{"compaction", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},

@@ -3,6 +3,7 @@ package linearizability
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/anishathalye/porcupine"
@@ -16,7 +17,9 @@ import (
 // time), the model is stepped through that order, and the order must
 // respect real time. An operation that failed with an error changes
 // nothing, so it only needs one state within its real-time window that
-// explains the error. Passing proves the history linearizable: the order
+// explains the error; failures that name a revoked lease must agree on
+// when the revoke took effect, and a revoke that wrote nothing may take
+// effect anywhere in its own window (revokeCut). Passing proves the history linearizable: the order
 // is a witness. It runs in about O(n log n) where porcupine's search may
 // not finish on long histories; failing means a violation, or a history
 // linearizable only in an order its revisions contradict — for Axon a
@@ -199,43 +202,257 @@ func (s *state) hasLeaseKeys(id int64) bool {
 }
 
 // explainFailures finds, for every failed operation, a state inside its
-// real-time window that gives the same error.
+// real-time window that gives the same error. Failures that name a
+// revoked lease must also agree on when the revoke took effect; and a
+// revoke that wrote nothing (its lease had no keys) may take effect
+// anywhere in its own window, not only where the witness put it: see
+// revokeCut.
 func explainFailures(ops []*ordered, states []*state, failed []*ordered) error {
+	w := &witness{ops: ops, states: states, failed: failed}
 	// retPrefixMax[i]: the latest witness position among ops[:i] sorted
 	// by return time; callSuffixMin likewise by call time.
-	byRet := make([]int, len(ops))
-	byCall := make([]int, len(ops))
+	w.byRet = make([]int, len(ops))
+	w.byCall = make([]int, len(ops))
 	for i := range ops {
-		byRet[i], byCall[i] = i, i
+		w.byRet[i], w.byCall[i] = i, i
 	}
-	sort.Slice(byRet, func(a, b int) bool { return ops[byRet[a]].op.Return < ops[byRet[b]].op.Return })
-	sort.Slice(byCall, func(a, b int) bool { return ops[byCall[a]].op.Call < ops[byCall[b]].op.Call })
-	prefixMax := make([]int, len(ops)+1)
-	prefixMax[0] = -1
-	for i, p := range byRet {
-		prefixMax[i+1] = max(prefixMax[i], p)
+	sort.Slice(w.byRet, func(a, b int) bool { return ops[w.byRet[a]].op.Return < ops[w.byRet[b]].op.Return })
+	sort.Slice(w.byCall, func(a, b int) bool { return ops[w.byCall[a]].op.Call < ops[w.byCall[b]].op.Call })
+	w.prefixMax = make([]int, len(ops)+1)
+	w.prefixMax[0] = -1
+	for i, p := range w.byRet {
+		w.prefixMax[i+1] = max(w.prefixMax[i], p)
 	}
-	suffixMin := make([]int, len(ops)+1)
-	suffixMin[len(ops)] = len(ops)
+	w.suffixMin = make([]int, len(ops)+1)
+	w.suffixMin[len(ops)] = len(ops)
 	for i := len(ops) - 1; i >= 0; i-- {
-		suffixMin[i] = min(suffixMin[i+1], byCall[i])
+		w.suffixMin[i] = min(w.suffixMin[i+1], w.byCall[i])
 	}
 	for _, f := range failed {
-		// After every op that returned before f was called...
-		k := sort.Search(len(byRet), func(i int) bool { return ops[byRet[i]].op.Return >= f.op.Call })
-		lo := prefixMax[k] + 1
-		// ...and before every op called after f returned.
-		j := sort.Search(len(byCall), func(i int) bool { return ops[byCall[i]].op.Call > f.op.Return })
-		hi := suffixMin[j]
+		lo, hi := w.window(f)
 		explained := false
 		for i := lo; i <= hi && i < len(states) && !explained; i++ {
 			explained, _ = step(states[i], f.in, f.out)
+		}
+		for _, p := range w.revokesFor(f) {
+			c := w.revokeCut(p)
+			if !c.feasible() {
+				r, a, b := ops[p], c.lastBefore, c.firstAfter
+				return fmt.Errorf("%s (called at %d, returned at %d) fits only before lease %d's revoke (called at %d, returned at %d) took effect, %s (called at %d, returned at %d) only after it, yet the second returned before the first was called",
+					describeOp(a.in, a.out), a.op.Call, a.op.Return, r.in.Revoke.ID, r.op.Call, r.op.Return, describeOp(b.in, b.out), b.op.Call, b.op.Return)
+			}
+			explained = explained || c.explains[f]
 		}
 		if !explained {
 			return fmt.Errorf("%s (called at %d, returned at %d) fits no state in its window", describeOp(f.in, f.out), f.op.Call, f.op.Return)
 		}
 	}
 	return nil
+}
+
+// witness is the revision order with its states, indexed for finding a
+// failed operation's real-time window.
+type witness struct {
+	ops                  []*ordered
+	states               []*state
+	failed               []*ordered
+	byRet, byCall        []int
+	prefixMax, suffixMin []int
+
+	// Built on first need: a failure that names a lease.
+	revokes map[int64][]int      // lease: positions of its revokes
+	naming  map[int64][]*ordered // lease: failed operations that name it
+	cuts    map[int]*cut         // revoke position: where it can take effect
+}
+
+// window returns the states a failed operation may have seen: after
+// every op that returned before it was called, and before every op
+// called after it returned.
+func (w *witness) window(f *ordered) (lo, hi int) {
+	k := sort.Search(len(w.byRet), func(i int) bool { return w.ops[w.byRet[i]].op.Return >= f.op.Call })
+	j := sort.Search(len(w.byCall), func(i int) bool { return w.ops[w.byCall[i]].op.Call > f.op.Return })
+	return w.prefixMax[k] + 1, w.suffixMin[j]
+}
+
+// revokesFor returns the positions of the revokes of the leases f
+// names whose windows overlap f's.
+func (w *witness) revokesFor(f *ordered) []int {
+	ids := leaseRefs(f.in)
+	if len(ids) == 0 {
+		return nil
+	}
+	if w.revokes == nil {
+		w.revokes, w.naming, w.cuts = map[int64][]int{}, map[int64][]*ordered{}, map[int]*cut{}
+		for p, o := range w.ops {
+			if o.in.Revoke != nil {
+				w.revokes[o.in.Revoke.ID] = append(w.revokes[o.in.Revoke.ID], p)
+			}
+		}
+		for _, g := range w.failed {
+			for _, id := range leaseRefs(g.in) {
+				if len(w.revokes[id]) > 0 {
+					w.naming[id] = append(w.naming[id], g)
+				}
+			}
+		}
+	}
+	var ps []int
+	for _, id := range ids {
+		for _, p := range w.revokes[id] {
+			if overlap(w.ops[p].op, f.op) {
+				ps = append(ps, p)
+			}
+		}
+	}
+	return ps
+}
+
+func overlap(a, b porcupine.Operation) bool { return a.Call <= b.Return && b.Call <= a.Return }
+
+// cut is what the failed operations naming a revoked lease say about
+// when the revoke took effect.
+type cut struct {
+	explains   map[*ordered]bool // failures that fit before or after it
+	lastBefore *ordered          // of those that fit only before it, the last called
+	firstAfter *ordered          // of those that fit only after it, the first returned
+}
+
+// feasible reports whether one moment of the revoke suits them all.
+func (c *cut) feasible() bool {
+	return c.lastBefore == nil || c.firstAfter == nil || c.lastBefore.op.Call <= c.firstAfter.op.Return
+}
+
+// revokeCut works out when the revoke at position p can have taken
+// effect, for the failed operations that name its lease and overlap it.
+// A revoke that wrote nothing only ended its lease, so it may move
+// within its revision (after the write there, before the next) past
+// reads as real time allows: states from lo to hi, counted in the order
+// without the revoke, may have the lease or not. One that wrote stays
+// where it is. A failure fits before the revoke if a state in its window
+// that still has the lease explains it and it was called before the
+// revoke returned; after it, likewise without the lease, if it returned
+// after the revoke was called. The revoke took effect at one moment:
+// after the call of every failure that fits only before it, before the
+// return of every one that fits only after it.
+func (w *witness) revokeCut(p int) *cut {
+	if c := w.cuts[p]; c != nil {
+		return c
+	}
+	r := w.ops[p]
+	id := r.in.Revoke.ID
+	grants := func(o *ordered) bool {
+		return o.in.Grant != nil && (o.in.Grant.ID == id || o.out.Grant.GetID() == id)
+	}
+	movable := func(o *ordered) bool { return !r.writer && o.rev == r.rev && !o.writer && !grants(o) }
+	// Without the revoke, ops[j] is at j below p and j-1 above it.
+	lo := p
+	for lo > 0 && movable(w.ops[lo-1]) && w.ops[lo-1].op.Return >= r.op.Call {
+		lo--
+	}
+	hi := p
+	for hi+1 < len(w.ops) && movable(w.ops[hi+1]) && w.ops[hi+1].op.Call <= r.op.Return {
+		hi++
+	}
+	// The state at j with the lease still live, and ended.
+	before := func(j int) *state {
+		if j <= p {
+			return w.states[j]
+		}
+		return w.states[j+1].withLease(id, true)
+	}
+	after := func(j int) *state {
+		if j >= p {
+			return w.states[j+1]
+		}
+		return w.states[j].withLease(id, false)
+	}
+	fits := func(g *ordered, at func(int) *state, from, to int) bool {
+		for j := from; j <= to; j++ {
+			if ok, _ := step(at(j), g.in, g.out); ok {
+				return true
+			}
+		}
+		return false
+	}
+	c := &cut{explains: map[*ordered]bool{}}
+	for _, g := range w.naming[id] {
+		if !overlap(r.op, g.op) {
+			continue // wholly before or after it: no say
+		}
+		glo, ghi := w.window(g)
+		ghi = min(ghi, len(w.states)-1)
+		if glo > p {
+			glo--
+		}
+		if ghi > p {
+			ghi--
+		}
+		first := fits(g, before, glo, min(ghi, hi))
+		second := fits(g, after, max(glo, lo), ghi)
+		switch {
+		case first && second:
+		case first:
+			if c.lastBefore == nil || g.op.Call > c.lastBefore.op.Call {
+				c.lastBefore = g
+			}
+		case second:
+			if c.firstAfter == nil || g.op.Return < c.firstAfter.op.Return {
+				c.firstAfter = g
+			}
+		default:
+			continue // no place explains it: it fails on its own
+		}
+		c.explains[g] = true
+	}
+	w.cuts[p] = c
+	return c
+}
+
+// leaseRefs returns the leases whose liveness can decide in's outcome.
+func leaseRefs(in Input) []int64 {
+	switch {
+	case in.Revoke != nil:
+		return []int64{in.Revoke.ID}
+	case in.Grant != nil && in.Grant.ID != 0:
+		return []int64{in.Grant.ID}
+	case in.KV != nil:
+		var ids []int64
+		var walk func(*pb.RequestOp)
+		walk = func(op *pb.RequestOp) {
+			switch tv := op.GetRequest().(type) {
+			case *pb.RequestOp_RequestPut:
+				if p := tv.RequestPut; p.Lease != 0 && !p.IgnoreLease {
+					ids = append(ids, p.Lease)
+				}
+			case *pb.RequestOp_RequestTxn:
+				for _, o := range tv.RequestTxn.Success {
+					walk(o)
+				}
+				for _, o := range tv.RequestTxn.Failure {
+					walk(o)
+				}
+			}
+		}
+		walk(in.KV)
+		slices.Sort(ids)
+		return slices.Compact(ids)
+	}
+	return nil
+}
+
+// withLease returns s with lease id live or not.
+func (s *state) withLease(id int64, live bool) *state {
+	i, found := slices.BinarySearch(s.leases, id)
+	if found == live {
+		return s
+	}
+	n := *s
+	if live {
+		n.leases = slices.Insert(slices.Clone(s.leases), i, id)
+	} else {
+		n.leases = slices.Delete(slices.Clone(s.leases), i, i+1)
+	}
+	return &n
 }
 
 // changes reports whether a response says the operation wrote.
