@@ -267,6 +267,13 @@ func TestCheck(t *testing.T) {
 			{call: 100, ret: 110, in: txn(nil, []*pb.RequestOp{txn(nil, []*pb.RequestOp{reqGetAt("a", 2)}, nil).KV}, nil), out: errOut(ErrCompacted)},
 			{call: 100, ret: 110, in: txn([]*pb.Compare{cmpVersion("a", pb.Compare_EQUAL, 0)}, []*pb.RequestOp{reqGetAt("a", 2)}, []*pb.RequestOp{reqGetAt("a", 3)}), out: txnOut(4, false, respGet(kv("a", "2", 2, 3, 2)))},
 		}, porcupine.Ok},
+		{"a lease that expired at a revision after a failed put that named it", []op{
+			{call: 0, ret: 1, in: grant(7), out: granted(1, 7)},
+			{call: 1, ret: 100, in: revoke(7), out: revoked(2)},
+			{call: 2, ret: 3, in: put("a", "1"), out: putOK(2)},
+			{call: 4, ret: 6, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 10, ret: 20, in: PutInput(&pb.PutRequest{Key: []byte("b"), Lease: 7, IgnoreValue: true}), out: errOut(ErrKeyNotFound)},
+		}, porcupine.Ok},
 		{"unknown error text changes nothing", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: errOut("etcdserver: no leader")},
 			{call: 20, ret: 30, in: get("a"), out: got(1)},

@@ -68,12 +68,15 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 				o.writer = !kvWriter && st.hasLeaseKeys(o.in.Revoke.ID)
 			}
 		}
-		// The write first, then what only read, by call time.
+		// The write first, then what only read, by return time: an op
+		// that returned later may have taken effect later (a lease's
+		// expiry runs from its grant to its revoke), and a failed op's
+		// window then holds the states before it.
 		sort.SliceStable(group, func(i, j int) bool {
 			if group[i].writer != group[j].writer {
 				return group[i].writer
 			}
-			return group[i].op.Call < group[j].op.Call
+			return group[i].op.Return < group[j].op.Return
 		})
 		for _, o := range group {
 			ok, next := step(st, o.in, o.out)
