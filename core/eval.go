@@ -796,3 +796,21 @@ func needsSerial(op *pb.RequestOp) bool {
 	}
 	return false
 }
+
+// readsAt returns the highest revision a range of the request names, on
+// any branch (0: none).
+func readsAt(op *pb.RequestOp) int64 {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestRange:
+		return tv.RequestRange.GetRevision()
+	case *pb.RequestOp_RequestTxn:
+		var r int64
+		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()} {
+			for _, o := range ops {
+				r = max(r, readsAt(o))
+			}
+		}
+		return r
+	}
+	return 0
+}

@@ -86,6 +86,11 @@ type TestingKnobs struct {
 	// its lease instead of keeping it, so the lease's expiry or revoke
 	// no longer deletes it.
 	IgnoreLeaseDetaches bool
+	// RevisionReadsGoEarly: a request whose range names a revision dealt
+	// but not final yet goes out at once instead of waiting for it, and
+	// answers ErrFutureRev, by the commit point as of dealing, for a
+	// revision its compares may already see.
+	RevisionReadsGoEarly bool
 }
 
 func (c Config) withDefaults() Config {

@@ -97,6 +97,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
+		{"revision-reads-go-early", "a txn whose range names a revision dealt but not final goes out at once and may answer it future", &c.RevisionReadsGoEarly},
 	}
 }
 
