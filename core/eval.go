@@ -622,6 +622,9 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		if err != nil {
 			return nil, err
 		}
+		if tx.knobs.TxnRevisionReadsCommitted {
+			rev = tx.committed
+		}
 		kvs, err = aliveAt(tx.rd, r.Key, r.RangeEnd, rev)
 		if err != nil {
 			return nil, err
@@ -667,17 +670,20 @@ func (tx *txnEval) compare(c *pb.Compare) (bool, error) {
 		if c.Target == pb.Compare_VALUE {
 			return false, nil
 		}
-		return compareKeyValue(c, &mvccpb.KeyValue{}), nil
+		return compareKeyValue(c, &mvccpb.KeyValue{}, tx.knobs), nil
 	}
 	for _, kv := range kvs {
-		if !compareKeyValue(c, kv) {
+		if !compareKeyValue(c, kv, tx.knobs) {
 			return false, nil
+		}
+		if tx.knobs.CompareFirstKeyOnly {
+			break
 		}
 	}
 	return true, nil
 }
 
-func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue, knobs TestingKnobs) bool {
 	var res int
 	switch c.Target {
 	case pb.Compare_VALUE:
@@ -690,6 +696,9 @@ func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 		res = cmpInt(kv.Version, c.GetVersion())
 	case pb.Compare_LEASE:
 		res = cmpInt(kv.Lease, c.GetLease())
+		if knobs.LeaseCompareReadsVersion {
+			res = cmpInt(kv.Lease, c.GetVersion())
+		}
 	}
 	switch c.Result {
 	case pb.Compare_EQUAL:

@@ -6,7 +6,11 @@
 //
 // A World holds three nodes (core.Member plus a small driver whose memory
 // a crash wipes) over one faulty memkv engine, and clients with
-// Kubernetes-like and etcd-like traffic, through leader and followers.
+// Kubernetes-like and etcd-like traffic, through leader and followers;
+// the etcd clients' compares take a key's lease or run over a range now
+// and then, and their ranges, plain and in txns, name a revision to read
+// at (a recent one, a compacted one, or one past the newest seen; some
+// txns read there only once a compare saw a write past it, txnreads.go).
 // Each seed draws its own mix of faults (plan.go): engine errors,
 // unavailability and uncertain commits, crashes, pauses, partitions,
 // message loss and duplication, clock jumps, leader transfers,

@@ -98,6 +98,9 @@ func (f *simFlags) switches() []plantSwitch {
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
 		{"revision-reads-go-early", "a txn whose range names a revision dealt but not final goes out at once and may answer it future", &c.RevisionReadsGoEarly},
+		{"compare-first-key-only", "a compare over a range holds when its first key passes it", &c.CompareFirstKeyOnly},
+		{"txn-revision-reads-committed", "a txn's range at a revision reads at the commit point as of dealing", &c.TxnRevisionReadsCommitted},
+		{"lease-compare-reads-version", "a compare of a key's lease compares with the compare's version field", &c.LeaseCompareReadsVersion},
 	}
 }
 
