@@ -622,6 +622,9 @@ func (tx *txnEval) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		if err != nil {
 			return nil, err
 		}
+		if tx.knobs.TxnRevisionReadsCommitted {
+			rev = tx.committed
+		}
 		kvs, err = aliveAt(tx.rd, r.Key, r.RangeEnd, rev)
 		if err != nil {
 			return nil, err
@@ -667,17 +670,20 @@ func (tx *txnEval) compare(c *pb.Compare) (bool, error) {
 		if c.Target == pb.Compare_VALUE {
 			return false, nil
 		}
-		return compareKeyValue(c, &mvccpb.KeyValue{}), nil
+		return compareKeyValue(c, &mvccpb.KeyValue{}, tx.knobs), nil
 	}
 	for _, kv := range kvs {
-		if !compareKeyValue(c, kv) {
+		if !compareKeyValue(c, kv, tx.knobs) {
 			return false, nil
+		}
+		if tx.knobs.CompareFirstKeyOnly {
+			break
 		}
 	}
 	return true, nil
 }
 
-func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue, knobs TestingKnobs) bool {
 	var res int
 	switch c.Target {
 	case pb.Compare_VALUE:
@@ -690,6 +696,9 @@ func compareKeyValue(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 		res = cmpInt(kv.Version, c.GetVersion())
 	case pb.Compare_LEASE:
 		res = cmpInt(kv.Lease, c.GetLease())
+		if knobs.LeaseCompareReadsVersion {
+			res = cmpInt(kv.Lease, c.GetVersion())
+		}
 	}
 	switch c.Result {
 	case pb.Compare_EQUAL:
@@ -795,4 +804,22 @@ func needsSerial(op *pb.RequestOp) bool {
 		}
 	}
 	return false
+}
+
+// readsAt returns the highest revision a range of the request names, on
+// any branch (0: none).
+func readsAt(op *pb.RequestOp) int64 {
+	switch tv := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestRange:
+		return tv.RequestRange.GetRevision()
+	case *pb.RequestOp_RequestTxn:
+		var r int64
+		for _, ops := range [][]*pb.RequestOp{tv.RequestTxn.GetSuccess(), tv.RequestTxn.GetFailure()} {
+			for _, o := range ops {
+				r = max(r, readsAt(o))
+			}
+		}
+		return r
+	}
+	return 0
 }

@@ -112,6 +112,22 @@ type TestingKnobs struct {
 	// RefuseNegativeLeaseIDs: a grant naming a negative ID is refused
 	// "lease not found" (Axon did so); etcd grants it.
 	RefuseNegativeLeaseIDs bool
+	// RevisionReadsGoEarly: a request whose range names a revision dealt
+	// but not final yet goes out at once instead of waiting for it, and
+	// answers ErrFutureRev, by the commit point as of dealing, for a
+	// revision its compares may already see.
+	RevisionReadsGoEarly bool
+	// CompareFirstKeyOnly: a compare over a range holds when its first
+	// key passes it; etcd holds it only when every key in the range does.
+	CompareFirstKeyOnly bool
+	// TxnRevisionReadsCommitted: a txn's range at a revision reads at the
+	// commit point as of dealing instead (checked, but not the revision
+	// asked for).
+	TxnRevisionReadsCommitted bool
+	// LeaseCompareReadsVersion: a compare of a key's lease takes the
+	// compare's version field (0 for a lease compare) as the lease it
+	// compares with.
+	LeaseCompareReadsVersion bool
 }
 
 func (c Config) withDefaults() Config {

@@ -104,10 +104,12 @@ func (n *Node) unlatch(w *Work) {
 
 // batchable tells requests that may share a transaction with the ones
 // they waited for: key-value requests that are not serial (which wait for
-// every earlier revision to be final) and use no lease (whose checks run
-// when a request is dealt).
+// every earlier revision to be final), use no lease (whose checks run
+// when a request is dealt) and read at no revision (which may have to
+// wait for it, deal).
 func batchable(w *Work) bool {
-	return w.Kind == WorkRequest && w.Request != nil && !w.Serial && len(leasesUsed(w.Request, nil)) == 0
+	return w.Kind == WorkRequest && w.Request != nil && !w.Serial && len(leasesUsed(w.Request, nil)) == 0 &&
+		(readsAt(w.Request) == 0 || w.knobs.RevisionReadsGoEarly)
 }
 
 // dealBatch hands the requests of ws out as one WorkBatch; each is dealt
@@ -173,6 +175,13 @@ func (n *Node) validate(req *pb.RequestOp) error {
 func (n *Node) deal(w *Work) {
 	if w.Serial {
 		w.after = max(w.after, n.next-1)
+	}
+	// A range at a revision dealt but not final waits for it: the
+	// request's compares and reads may see that revision's writes, so it
+	// is no future revision to them (as etcd checks against its view),
+	// and a read at it needs every write up to it in place.
+	if r := readsAt(w.Request); r > n.committed && r < n.next && !w.knobs.RevisionReadsGoEarly {
+		w.after = max(w.after, r)
 	}
 	if w.after <= n.committed {
 		n.handOut(w)

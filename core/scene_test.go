@@ -27,6 +27,7 @@ import (
 //	ignore-value id= key=      a put keeping the value (ignore_value)
 //	delete id= key= [end=]     propose a delete range
 //	cas id= key= mod= value=   a txn: put if mod revision is mod, else get
+//	txn-read id= key= rev=     a txn that reads key at rev
 //	compact id= rev=           compact
 //	await-sweep id= rev=       answer once the sweep reaches rev
 //	watch id= key= [end=] start=
@@ -132,6 +133,10 @@ func (s *scene) command(d *datadriven.TestData) (string, bool) {
 			Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: mod}}},
 			Success: []*pb.RequestOp{putOp(key, value)},
 			Failure: []*pb.RequestOp{rangeOp(key, "")},
+		}}})
+	case "txn-read":
+		s.propose(rid, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(key), Revision: rev}}}},
 		}}})
 	case "compact":
 		s.node.Compact(rid, rev)

@@ -30,7 +30,9 @@
 // it sees the state at h and the state moves to h, so no later write can
 // claim a revision at or below it. Within those rules the model computes
 // exactly what etcd answers (compares, both txn branches and nested txns,
-// range count/limit/more/keys_only/sort/filters, prev_kv) and compares it
+// range count/limit/more/keys_only/sort/filters, prev_kv, a txn's ranges
+// at a revision, which read the store as of it without the txn's own
+// writes and fail if they name the txn's own revision) and compares it
 // with what the client got. A known error (compacted, future revision,
 // lease not found or existing, key not found) must be what etcd would
 // answer in that state; one of etcd's gRPC layer (an empty key, a value
@@ -53,9 +55,6 @@
 //     revision after the current one (or not at all): if it applied at a
 //     later revision and someone saw it, the check reports a violation.
 //     Patch or Drop every uncertain write.
-//   - Inside a txn, a range at an explicit revision reads the store as of
-//     that revision without the txn's own writes, and may name the txn's
-//     own revision.
 //   - ErrFutureRev is accepted for any revision above the highest one a
 //     client saw: revisions dealt but never observed are invisible.
 //   - Range sorts on a target other than the key: keys that tie may come

@@ -144,3 +144,15 @@ func recordOps(ops []op) *Recorder {
 	}
 	return &r
 }
+
+func cmpLease(key string, res pb.Compare_CompareResult, id int64) *pb.Compare {
+	return &pb.Compare{Key: []byte(key), Target: pb.Compare_LEASE, Result: res, TargetUnion: &pb.Compare_Lease{Lease: id}}
+}
+
+// over makes c a compare over every key in [c.Key, end).
+func over(c *pb.Compare, end string) *pb.Compare {
+	c.RangeEnd = []byte(end)
+	return c
+}
+
+func reqGetAt(key string, rev int64) *pb.RequestOp { return getAt(key, rev).KV }

@@ -72,7 +72,7 @@ func step(s *state, in Input, out Output) (bool, *state) {
 		// It may have applied; if it did not, porcupine can place it
 		// last, where applying it changes nothing anyone saw.
 		x := newExec(s, s.rev+1)
-		if _, kind := x.run(in, nil); kind != errNone {
+		if _, kind := x.run(in, nil); kind != errNone || x.ownRevisionRead() {
 			return true, s
 		}
 		if !x.wrote {
@@ -95,11 +95,16 @@ func step(s *state, in Input, out Output) (bool, *state) {
 	}
 	x := newExec(s, h)
 	exp, kind := x.run(in, &out)
-	if kind != errNone || (x.wrote && h == s.rev) || !x.sameOutput(exp, out) {
+	if kind != errNone || (x.wrote && h == s.rev) || x.ownRevisionRead() || !x.sameOutput(exp, out) {
 		return false, s
 	}
 	return true, x.commit()
 }
+
+// ownRevisionRead reports whether a txn that wrote read at its own
+// revision: etcd checks a txn's ranges against the revision before it,
+// so such a txn fails ErrFutureRev.
+func (x *exec) ownRevisionRead() bool { return x.wrote && x.readAt >= x.rev }
 
 const errNone errKind = -1
 
@@ -114,6 +119,8 @@ type exec struct {
 	leases  []int64
 	compact int64
 	ranges  map[*pb.RangeResponse]rangeInfo // only for non-key sorts
+	// readAt is the highest revision a range of the operation named.
+	readAt int64
 }
 
 type rangeInfo struct {
@@ -317,6 +324,7 @@ func (x *exec) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, errKind) {
 		}
 		// Reads the store as of the revision, without this txn's writes.
 		src = x.s.at(r.Revision)
+		x.readAt = max(x.readAt, r.Revision)
 	}
 	return x.shape(r, alive(src, r.Key, r.RangeEnd)), errNone
 }

@@ -156,6 +156,43 @@ func TestCheck(t *testing.T) {
 		{"delete reports a key it did not delete", []op{
 			{call: 0, ret: 10, in: del("a"), out: delOK(2, 1)},
 		}, porcupine.Illegal},
+		{"a compare over a range held though one of its keys fails it", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: put("b", "2"), out: putOK(3)},
+			{call: 40, ret: 50, in: txn([]*pb.Compare{over(cmpValue("a", "1"), "c")}, []*pb.RequestOp{reqPut("c", "x")}, nil), out: txnOut(4, true, respPut())},
+		}, porcupine.Illegal},
+		{"a compare over a range of no key held on a value", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: txn([]*pb.Compare{over(cmpValue("b", ""), "c")}, []*pb.RequestOp{reqPut("c", "x")}, nil), out: txnOut(3, true, respPut())},
+		}, porcupine.Illegal},
+		{"a lease compare held against another lease", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: putLease("a", "1", 7), out: putOK(2)},
+			{call: 40, ret: 50, in: txn([]*pb.Compare{cmpLease("a", pb.Compare_EQUAL, 0)}, []*pb.RequestOp{reqPut("b", "x")}, nil), out: txnOut(3, true, respPut())},
+		}, porcupine.Illegal},
+		{"a txn read at its own revision", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: txn(nil, []*pb.RequestOp{reqPut("b", "x"), reqGetAt("a", 3)}, nil), out: txnOut(3, true, respPut(), respGet(kv("a", "1", 2, 2, 1)))},
+		}, porcupine.Illegal},
+		{"a txn's range at a revision saw the txn's write", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: txn(nil, []*pb.RequestOp{reqPut("a", "2"), reqGetAt("a", 2)}, nil), out: txnOut(3, true, respPut(), respGet(kv("a", "2", 2, 3, 2)))},
+		}, porcupine.Illegal},
+		{"a txn's range below a finished compaction succeeded", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: put("a", "2"), out: putOK(3)},
+			{call: 40, ret: 50, in: compact(3), out: compacted(3)},
+			{call: 60, ret: 70, in: txn(nil, []*pb.RequestOp{reqGetAt("a", 2)}, nil), out: txnOut(3, true, respGet(kv("a", "1", 2, 2, 1)))},
+		}, porcupine.Illegal},
+		{"a txn failed compacted though no compaction ran", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: txn(nil, []*pb.RequestOp{reqGetAt("a", 2)}, nil), out: errOut(ErrCompacted)},
+		}, porcupine.Illegal},
+		{"a txn that reads at no revision failed compacted", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: compact(2), out: compacted(2)},
+			{call: 40, ret: 50, in: txn(nil, []*pb.RequestOp{reqGet("a")}, nil), out: errOut(ErrCompacted)},
+		}, porcupine.Illegal},
 
 		// Histories that must be accepted.
 		{"gaps in revisions", []op{
@@ -281,6 +318,36 @@ func TestCheck(t *testing.T) {
 			{call: 60, ret: 70, in: getAt("a", 3), out: got(3, kv("a", "2", 2, 3, 2))},
 			{call: 60, ret: 70, in: getAt("a", 9), out: errOut(ErrFutureRev)},
 			{call: 80, ret: 90, in: compact(2), out: errOut(ErrCompacted)},
+		}, porcupine.Ok},
+		{"compares over ranges: every key, none, from a key on; on leases", []op{
+			{call: 0, ret: 10, in: grant(7), out: granted(1, 7)},
+			{call: 20, ret: 30, in: putLease("a", "1", 7), out: putOK(2)},
+			{call: 40, ret: 50, in: put("b", "1"), out: putOK(3)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpValue("a", "1"), "c")}, nil, nil), out: txnOut(3, true)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpVersion("a", pb.Compare_GREATER, 0), "\x00")}, nil, nil), out: txnOut(3, true)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpVersion("c", pb.Compare_EQUAL, 0), "z")}, nil, nil), out: txnOut(3, true)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpVersion("c", pb.Compare_EQUAL, 0), "a")}, nil, nil), out: txnOut(3, true)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpValue("c", ""), "z")}, nil, nil), out: txnOut(3, false)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{over(cmpLease("a", pb.Compare_EQUAL, 7), "c")}, nil, nil), out: txnOut(3, false)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{cmpLease("a", pb.Compare_EQUAL, 7), cmpLease("b", pb.Compare_EQUAL, 0), cmpLease("x", pb.Compare_LESS, 1)}, nil, nil), out: txnOut(3, true)},
+		}, porcupine.Ok},
+		{"a txn's ranges at revisions", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: put("a", "2"), out: putOK(3)},
+			{call: 40, ret: 50, in: txn(nil, []*pb.RequestOp{reqPut("a", "3"), reqGetAt("a", 2), reqGetAt("a", 3), reqGet("a")}, nil),
+				out: txnOut(4, true, respPut(), respGet(kv("a", "1", 2, 2, 1)), respGet(kv("a", "2", 2, 3, 2)), respGet(kv("a", "3", 2, 4, 3)))},
+			{call: 60, ret: 70, in: txn(nil, []*pb.RequestOp{reqPut("b", "x"), reqGetAt("a", 5)}, nil), out: errOut(ErrFutureRev)},
+			{call: 60, ret: 70, in: txn([]*pb.Compare{cmpVersion("a", pb.Compare_EQUAL, 0)}, []*pb.RequestOp{reqGetAt("a", 9)}, []*pb.RequestOp{reqGetAt("a", 4)}), out: txnOut(4, false, respGet(kv("a", "3", 2, 4, 3)))},
+			{call: 80, ret: 90, in: compact(3), out: compacted(4)},
+			{call: 100, ret: 110, in: txn(nil, []*pb.RequestOp{txn(nil, []*pb.RequestOp{reqGetAt("a", 2)}, nil).KV}, nil), out: errOut(ErrCompacted)},
+			{call: 100, ret: 110, in: txn([]*pb.Compare{cmpVersion("a", pb.Compare_EQUAL, 0)}, []*pb.RequestOp{reqGetAt("a", 2)}, []*pb.RequestOp{reqGetAt("a", 3)}), out: txnOut(4, false, respGet(kv("a", "2", 2, 3, 2)))},
+		}, porcupine.Ok},
+		{"a lease that expired at a revision after a failed put that named it", []op{
+			{call: 0, ret: 1, in: grant(7), out: granted(1, 7)},
+			{call: 1, ret: 100, in: revoke(7), out: revoked(2)},
+			{call: 2, ret: 3, in: put("a", "1"), out: putOK(2)},
+			{call: 4, ret: 6, in: get("a"), out: got(2, kv("a", "1", 2, 2, 1))},
+			{call: 10, ret: 20, in: PutInput(&pb.PutRequest{Key: []byte("b"), Lease: 7, IgnoreValue: true}), out: errOut(ErrKeyNotFound)},
 		}, porcupine.Ok},
 		{"unknown error text changes nothing", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: errOut("etcdserver: no leader")},

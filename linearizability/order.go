@@ -138,11 +138,14 @@ func checkCompactions(history []porcupine.Operation) error {
 		if out.unknown {
 			continue
 		}
-		rev := readRevision(in)
+		compacted := classify(out.Err) == errCompacted
+		rev := readRevision(in, out)
 		if rev <= 0 {
+			if compacted && in.KV != nil {
+				return fmt.Errorf("%s: it reads at no revision", describeOp(in, out))
+			}
 			continue
 		}
-		compacted := classify(out.Err) == errCompacted
 		for _, c := range cs {
 			if in.Compact != nil && c.call == op.Call && c.rev == rev {
 				continue // itself
@@ -169,8 +172,9 @@ func checkCompactions(history []porcupine.Operation) error {
 }
 
 // readRevision is the revision an operation reads at or compacts to, if
-// it names one.
-func readRevision(in Input) int64 {
+// it names one: for a txn, the lowest its ranges name, on the branches
+// its answer took (on any branch if it failed).
+func readRevision(in Input, out Output) int64 {
 	switch {
 	case in.Compact != nil:
 		return in.Compact.Revision
@@ -178,8 +182,50 @@ func readRevision(in Input) int64 {
 		if r := in.KV.GetRequestRange(); r != nil {
 			return r.Revision
 		}
+		if t := in.KV.GetRequestTxn(); t != nil {
+			var taken *pb.TxnResponse
+			if out.Err == "" {
+				taken = out.KV.GetResponseTxn()
+			}
+			return txnReadRevision(t, taken, out.Err == "")
+		}
 	}
 	return 0
+}
+
+// txnReadRevision is the lowest revision a range of t names (0: none),
+// on the branches resp took if known, else on any.
+func txnReadRevision(t *pb.TxnRequest, resp *pb.TxnResponse, known bool) int64 {
+	branches := [][]*pb.RequestOp{t.Success, t.Failure}
+	if known {
+		if resp == nil {
+			return 0
+		}
+		branches = branches[:1]
+		if !resp.Succeeded {
+			branches = [][]*pb.RequestOp{t.Failure}
+		}
+	}
+	low := int64(0)
+	for _, ops := range branches {
+		for i, op := range ops {
+			rev := int64(0)
+			switch {
+			case op.GetRequestRange() != nil:
+				rev = op.GetRequestRange().Revision
+			case op.GetRequestTxn() != nil:
+				var sub *pb.TxnResponse
+				if known && i < len(resp.Responses) {
+					sub = resp.Responses[i].GetResponseTxn()
+				}
+				rev = txnReadRevision(op.GetRequestTxn(), sub, known)
+			}
+			if rev > 0 && (low == 0 || rev < low) {
+				low = rev
+			}
+		}
+	}
+	return low
 }
 
 type ordered struct {

@@ -11,14 +11,23 @@ import (
 
 // CheckSnapshotRead checks a serializable range, which etcd answers from
 // a member's own state without a read index: it need not be linearizable,
-// but it must be the store exactly as of its header revision. committed
-// is every applied event, in revision order; r has no Revision (its
-// count, filters, sort, limit and keys_only are etcd's, as the model's).
+// but it must be the store exactly as of its header revision, or as of
+// the revision it names, which its member must have reached (etcd answers
+// ErrFutureRev above its own revision). committed is every applied
+// event, in revision order (r's count, filters, sort, limit and
+// keys_only are etcd's, as the model's).
 func CheckSnapshotRead(committed []Event, r *pb.RangeRequest, got *pb.RangeResponse) error {
 	if got.Header == nil {
 		return fmt.Errorf("serializable range %s: no header", describeSpan(r.Key, r.RangeEnd))
 	}
 	at := got.Header.Revision
+	if r.Revision > at {
+		return fmt.Errorf("serializable range %s @r%d%s answered at r%d, below the revision it reads at", describeSpan(r.Key, r.RangeEnd), r.Revision, describeOptions(r), at)
+	}
+	opts := describeOptions(r)
+	if r.Revision > 0 {
+		at, opts = r.Revision, fmt.Sprintf(" @r%d%s", r.Revision, opts)
+	}
 	state := map[string]*mvccpb.KeyValue{}
 	for _, ev := range committed {
 		if ev.Rev > at {
@@ -43,7 +52,7 @@ func CheckSnapshotRead(committed []Event, r *pb.RangeRequest, got *pb.RangeRespo
 	x := &exec{}
 	if exp := x.shape(r, want); !x.sameRange(exp, got) {
 		return fmt.Errorf("serializable range %s%s at r%d answered count=%d more=%v %s; the store at r%d holds %s",
-			describeSpan(r.Key, r.RangeEnd), describeOptions(r), at, got.Count, got.More, describeKVs(got.Kvs), at, describeKVs(want))
+			describeSpan(r.Key, r.RangeEnd), opts, got.Header.Revision, got.Count, got.More, describeKVs(got.Kvs), at, describeKVs(want))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestCheckSnapshotRead(t *testing.T) {
@@ -25,6 +26,11 @@ func TestCheckSnapshotRead(t *testing.T) {
 	}
 	all := &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("c"), Serializable: true}
 	one := &pb.RangeRequest{Key: []byte("b"), Serializable: true}
+	at := func(r *pb.RangeRequest, rev int64) *pb.RangeRequest {
+		r = proto.Clone(r).(*pb.RangeRequest)
+		r.Revision = rev
+		return r
+	}
 	cases := []struct {
 		name string
 		r    *pb.RangeRequest
@@ -39,6 +45,9 @@ func TestCheckSnapshotRead(t *testing.T) {
 		{"a deleted key still there", one, resp(5, kv("b", "1", 3, 3, 1)), "at r5 answered"},
 		{"a wrong count", one, &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 3}, Kvs: []*mvccpb.KeyValue{kv("b", "1", 3, 3, 1)}, Count: 2}, "count=2"},
 		{"no header", one, &pb.RangeResponse{}, "no header"},
+		{"at a past revision", at(all, 3), resp(5, kv("a", "1", 2, 2, 1), kv("b", "1", 3, 3, 1)), ""},
+		{"at a past revision, the newest state", at(all, 3), resp(5, kv("a", "2", 4, 2, 2)), "the store at r3 holds"},
+		{"at a revision past its header", at(one, 5), resp(4), "below the revision it reads at"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -414,6 +414,68 @@ var parityCases = []struct {
 		out = append(out, "disarmed: "+doRaw(ctx, cli, put("b")))
 		return strings.Join(out, "\n"), nil
 	}},
+	{"compares over a range and on leases, and a txn's ranges at revisions", func(ctx context.Context, cli *clientv3.Client, p string) (string, error) {
+		l, err := cli.Grant(ctx, 60)
+		if err != nil {
+			return "", err
+		}
+		first, err := cli.Put(ctx, p+"a", "1", clientv3.WithLease(l.ID))
+		if err != nil {
+			return "", err
+		}
+		if _, err := cli.Put(ctx, p+"b", "2"); err != nil {
+			return "", err
+		}
+		last, err := cli.Put(ctx, p+"a", "3", clientv3.WithLease(l.ID))
+		if err != nil {
+			return "", err
+		}
+		var out []string
+		txn := func(name string, cmps []clientv3.Cmp, then ...clientv3.Op) {
+			r, err := cli.Txn(ctx).If(cmps...).Then(then...).Commit()
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s: %v", name, err))
+				return
+			}
+			s := fmt.Sprintf("%s: succeeded=%v", name, r.Succeeded)
+			for _, op := range r.Responses {
+				if rr := op.GetResponseRange(); rr != nil {
+					s += " " + render(rr.Kvs, rr.Count, rr.More)
+				}
+			}
+			out = append(out, s)
+		}
+		ranged := func(c clientv3.Cmp, end string) clientv3.Cmp { return c.WithRange(end) }
+		txn("version over the range, every key above 0", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Version(p), ">", 0), p+"z")})
+		txn("version over the range, the first key only above 1", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Version(p+"a"), ">", 1), p+"z")})
+		txn("value over the range, the last key differs", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Value(p+"a"), "=", "3"), p+"z")})
+		txn("mod revision below the last put over the range", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.ModRevision(p+"a"), "<", last.Header.Revision), p+"z")})
+		txn("version 0 over a range of no key", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Version(p+"x"), "=", 0), p+"z")})
+		txn("value over a range of no key", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Value(p+"x"), "=", ""), p+"z")})
+		txn("version over a range whose end is below its key", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.Version(p+"z"), "=", 0), p+"a")})
+		txn("create revision over every key from the prefix on", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.CreateRevision(p), ">", first.Header.Revision-1), "\x00")})
+		txn("lease of a leased key", []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(p+"a"), "=", l.ID)})
+		txn("lease of an unleased key", []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(p+"b"), "=", clientv3.NoLease)})
+		txn("lease of a missing key", []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(p+"x"), "=", 0)})
+		txn("lease over the range", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.LeaseValue(p+"a"), "=", l.ID), p+"z")})
+		txn("lease over the range, above none", []clientv3.Cmp{ranged(clientv3.Compare(clientv3.LeaseValue(p+"a"), ">", 0), p+"c")})
+		all := clientv3.WithRange(p + "z")
+		txn("a range at the first put after a put in the txn", nil, clientv3.OpPut(p+"b", "4"), clientv3.OpGet(p, all, clientv3.WithRev(first.Header.Revision)), clientv3.OpGet(p, all))
+		txn("a read-only range at the last revision", nil, clientv3.OpGet(p, all, clientv3.WithRev(last.Header.Revision+1)))
+		now, err := cli.Get(ctx, p+"a")
+		if err != nil {
+			return "", err
+		}
+		txn("a range at the txn's own revision", nil, clientv3.OpPut(p+"c", "5"), clientv3.OpGet(p, all, clientv3.WithRev(now.Header.Revision+1)))
+		txn("a range at a future revision on the branch not taken", []clientv3.Cmp{clientv3.Compare(clientv3.Version(p+"a"), "=", 0)}, clientv3.OpGet(p, all, clientv3.WithRev(now.Header.Revision+100)))
+		txn("a nested txn's range at a future revision", nil, clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpGet(p, all, clientv3.WithRev(now.Header.Revision+100))}, nil))
+		if _, err := cli.Compact(ctx, last.Header.Revision); err != nil {
+			return "", err
+		}
+		txn("a range at a compacted revision", nil, clientv3.OpPut(p+"c", "6"), clientv3.OpGet(p, all, clientv3.WithRev(first.Header.Revision)))
+		txn("a range at the compact revision", nil, clientv3.OpGet(p, all, clientv3.WithRev(last.Header.Revision)))
+		return strings.Join(out, "\n"), nil
+	}},
 }
 
 func header(r *clientv3.TxnResponse) *pb.ResponseHeader {

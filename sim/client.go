@@ -327,8 +327,8 @@ func (c *client) etcdRange() *pb.RangeRequest {
 
 // rangeOptions draws what etcdctl's get offers: a sort by any target in
 // any order (NONE with a target other than the key sorts ascending), a
-// limit, and one of count only or a revision filter at a revision the
-// client saw one of its keys at.
+// limit, one of count only or a revision filter at a revision the
+// client saw one of its keys at, and a revision to read at (readRevision).
 func (c *client) rangeOptions(r *pb.RangeRequest) {
 	w := c.w
 	r.SortTarget = pb.RangeRequest_SortTarget(w.rng.IntN(5))
@@ -348,6 +348,9 @@ func (c *client) rangeOptions(r *pb.RangeRequest) {
 		r.MinCreateRevision = seen
 	case 4:
 		r.MaxCreateRevision = seen
+	}
+	if w.chance(0.35) {
+		r.Revision = c.readRevision()
 	}
 }
 
@@ -376,7 +379,11 @@ func (c *client) nestedTxn(depth int, written map[string]bool) *pb.TxnRequest {
 				written[k] = true
 				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), PrevKv: w.chance(0.5)}}})
 			case r == 2:
-				ops = append(ops, getOp(k))
+				op := getOp(k)
+				if w.chance(0.25) {
+					c.rangeOptions(op.GetRequestRange())
+				}
+				ops = append(ops, op)
 			case r == 3:
 				rr := c.etcdRange()
 				rr.KeysOnly = w.chance(0.5)
@@ -394,7 +401,8 @@ func (c *client) nestedTxn(depth int, written map[string]bool) *pb.TxnRequest {
 
 // compare draws a compare on one of the client's keys: its version,
 // create or mod revision against a small number or the revision the
-// client last saw it at, or its value.
+// client last saw it at, or its value; or its lease, or a compare over a
+// range (widenCompare).
 func (c *client) compare() *pb.Compare {
 	w := c.w
 	k := c.pickKey()
@@ -409,6 +417,7 @@ func (c *client) compare() *pb.Compare {
 	default:
 		cmp.Target, cmp.TargetUnion = pb.Compare_VALUE, &pb.Compare_Value{Value: c.value()}
 	}
+	c.widenCompare(cmp)
 	return cmp
 }
 
@@ -492,9 +501,15 @@ func (c *client) next() input {
 			then = append(then, putOp(b, c.value(), 0))
 		}
 		cmp := &pb.Compare{Key: []byte(a), Target: pb.Compare_VERSION, Result: pb.Compare_LESS, TargetUnion: &pb.Compare_Version{Version: int64(w.rng.IntN(4))}}
+		if w.chance(0.5) {
+			cmp = c.compare()
+		}
 		return input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
 			Compare: []*pb.Compare{cmp}, Success: then, Failure: []*pb.RequestOp{getOp(a), getOp(b)}}}}}
 	case 5:
+		if w.chance(0.3) {
+			return c.guardedRead()
+		}
 		return c.read(c.etcdRange())
 	case 6:
 		if w.chance(0.4) {

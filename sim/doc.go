@@ -10,7 +10,11 @@
 // the etcd clients also call the lease API as etcdctl and clientv3 do
 // (leaseapi.go): grants of IDs they choose (some live, so refused) and
 // above etcd's largest TTL, revokes of leases never granted or revoked
-// already, time-to-live with and without keys, and lease lists.
+// already, time-to-live with and without keys, and lease lists; their
+// compares take a key's lease or run over a range now and then, and
+// their ranges, plain and in txns, name a revision to read at (a recent
+// one, a compacted one, or one past the newest seen; some txns read
+// there only once a compare saw a write past it, txnreads.go).
 // Each seed draws its own mix of faults (plan.go): engine errors,
 // unavailability and uncertain commits, crashes, pauses, partitions,
 // message loss and duplication, clock jumps, leader transfers,

@@ -425,6 +425,40 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.RefuseNegativeLeaseIDs = on },
 		seeds: 40,
 		want:  []string{"not linearizable"},
+	}, {
+		// A txn whose range names a revision dealt but not final goes out
+		// at once and answers it future by the commit point as of dealing,
+		// though its compares saw that revision's writes: the etcd
+		// clients' guarded reads (guardedRead) read at the revision past
+		// the newest seen only once a compare saw a write past it.
+		name:  "revision-reads-go-early",
+		plant: func(c *Config, on bool) { c.CoreKnobs.RevisionReadsGoEarly = on },
+		seeds: 40,
+		want:  []string{"future revision"},
+	}, {
+		// A compare over a range holds when its first key passes it: the
+		// etcd clients' compares run over one of their ranges one time in
+		// four (widenCompare).
+		name:  "compare-first-key-only",
+		plant: func(c *Config, on bool) { c.CoreKnobs.CompareFirstKeyOnly = on },
+		seeds: 40,
+		want:  []string{"is not linearizable", "the model gives"},
+	}, {
+		// A txn's range at a revision reads at the commit point as of
+		// dealing: the etcd clients' ranges name a revision now and then
+		// (readRevision), in txns as well.
+		name:  "txn-revision-reads-committed",
+		plant: func(c *Config, on bool) { c.CoreKnobs.TxnRevisionReadsCommitted = on },
+		seeds: 40,
+		want:  []string{"is not linearizable"},
+	}, {
+		// A lease compare compares with the compare's version field: the
+		// etcd clients compare a key's lease one time in five, mostly
+		// with one of their leases.
+		name:  "lease-compare-reads-version",
+		plant: func(c *Config, on bool) { c.CoreKnobs.LeaseCompareReadsVersion = on },
+		seeds: 20,
+		want:  []string{"is not linearizable", "the model gives"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}

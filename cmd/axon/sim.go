@@ -108,6 +108,10 @@ func (f *simFlags) switches() []plantSwitch {
 		{"lease-keeps-detached-keys", "a key put with another lease or none, or deleted, stays among its old lease's keys", &c.LeaseKeepsDetachedKeys},
 		{"time-to-live-from-grant", "time-to-live counts a lease's remaining time from its grant, not its last keepalive", &c.TimeToLiveFromGrant},
 		{"refuse-negative-lease-ids", "a grant naming a negative lease ID is refused 'lease not found'", &c.RefuseNegativeLeaseIDs},
+		{"revision-reads-go-early", "a txn whose range names a revision dealt but not final goes out at once and may answer it future", &c.RevisionReadsGoEarly},
+		{"compare-first-key-only", "a compare over a range holds when its first key passes it", &c.CompareFirstKeyOnly},
+		{"txn-revision-reads-committed", "a txn's range at a revision reads at the commit point as of dealing", &c.TxnRevisionReadsCommitted},
+		{"lease-compare-reads-version", "a compare of a key's lease compares with the compare's version field", &c.LeaseCompareReadsVersion},
 	}
 }
 
