@@ -9,7 +9,8 @@ func (n *Node) Compact(id RequestID, rev int64) {
 	case n.draining:
 		n.respond(id, ErrNotLeader)
 		return
-	case rev > n.committed:
+	case rev > n.committed && !n.cfg.Testing.CompactAcceptsFuture,
+		rev == n.committed && n.cfg.Testing.CompactHeadIsFuture:
 		n.respond(id, ErrFutureRev)
 		return
 	case n.compacting > n.compacted:

@@ -128,6 +128,16 @@ type TestingKnobs struct {
 	// compare's version field (0 for a lease compare) as the lease it
 	// compares with.
 	LeaseCompareReadsVersion bool
+	// CompactAcceptsFuture: a compaction past the commit point is
+	// stored, not refused as a future revision.
+	CompactAcceptsFuture bool
+	// CompactHeadIsFuture: a compaction to the commit point itself is
+	// refused as a future revision, which etcd allows.
+	CompactHeadIsFuture bool
+	// SweepAnsweredEarly: a physical compaction is answered once its
+	// compact revision is stored, before the sweep deleted what it made
+	// unreachable.
+	SweepAnsweredEarly bool
 }
 
 func (c Config) withDefaults() Config {

@@ -35,7 +35,7 @@ func (n *Node) sweepBatch(s *Sweep, attempt int) {
 // AwaitSweep answers id once the sweep has deleted everything compact
 // revision rev made unreachable (etcd's physical compaction).
 func (n *Node) AwaitSweep(id RequestID, rev int64) {
-	if rev <= n.sweep.done {
+	if rev <= n.sweep.done || n.cfg.Testing.SweepAnsweredEarly && rev <= n.compacted {
 		n.ready.Responses = append(n.ready.Responses, Response{ID: id, Rev: n.committed})
 		return
 	}

@@ -147,6 +147,19 @@ func TestCheck(t *testing.T) {
 			{call: 60, ret: 70, in: revoke(7), out: errOut(ErrLeaseNotFound)},
 			{call: 80, ret: 90, in: touchLease("b", 7), out: errOut(ErrKeyNotFound)},
 		}, porcupine.Illegal},
+		{"compaction to a future revision succeeded", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: compact(5), out: compacted(2)},
+		}, porcupine.Illegal},
+		{"compaction to the store's revision refused as future", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: compact(2), out: errOut(ErrFutureRev)},
+		}, porcupine.Illegal},
+		{"compaction past the store's revision refused as future", []op{
+			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
+			{call: 20, ret: 30, in: compact(3), out: errOut(ErrFutureRev)},
+			{call: 5, ret: 40, in: put("b", "1"), out: putOK(3)},
+		}, porcupine.Ok},
 		{"range count ignores limit", []op{
 			{call: 0, ret: 10, in: put("a", "1"), out: putOK(2)},
 			{call: 20, ret: 30, in: put("b", "1"), out: putOK(3)},

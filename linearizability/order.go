@@ -106,6 +106,9 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 // checkCompactions checks compactions and ErrCompacted answers by real
 // time: see CheckRevisionOrder.
 func checkCompactions(history []porcupine.Operation) error {
+	if err := checkFutureCompactions(history); err != nil {
+		return err
+	}
 	type compaction struct {
 		rev, call, ret int64
 		done           bool  // acknowledged (else unknown)
@@ -166,6 +169,41 @@ func checkCompactions(history []porcupine.Operation) error {
 		}
 		if compacted {
 			return fmt.Errorf("%s: no compaction that could have run explains it", describeOp(in, out))
+		}
+	}
+	return nil
+}
+
+// checkFutureCompactions: a compaction succeeds only to a revision the
+// store has reached, so not past the revision it answers at; and it
+// fails as a future revision only past every revision the store had
+// surely reached when it was called (one answered before).
+func checkFutureCompactions(history []porcupine.Operation) error {
+	byRet := make([]porcupine.Operation, 0, len(history))
+	for _, op := range history {
+		if out := op.Output.(Output); !out.unknown && out.Err == "" {
+			byRet = append(byRet, op)
+		}
+	}
+	sort.Slice(byRet, func(i, j int) bool { return byRet[i].Return < byRet[j].Return })
+	reached := make([]int64, len(byRet)+1) // reached[i]: the highest revision among byRet[:i]
+	for i, op := range byRet {
+		reached[i+1] = max(reached[i], op.Output.(Output).Revision())
+	}
+	for _, op := range history {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if in.Compact == nil || out.unknown {
+			continue
+		}
+		rev := in.Compact.Revision
+		switch {
+		case out.Err == "" && out.Revision() > 0 && rev > out.Revision():
+			return fmt.Errorf("compaction to r%d succeeded at r%d: a future revision", rev, out.Revision())
+		case classify(out.Err) == errFutureRev:
+			k := sort.Search(len(byRet), func(i int) bool { return byRet[i].Return >= op.Call })
+			if rev <= reached[k] {
+				return fmt.Errorf("compaction to r%d failed as a future revision, but the store had answered at r%d before it was called", rev, reached[k])
+			}
 		}
 	}
 	return nil

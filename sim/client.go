@@ -44,6 +44,8 @@ type input struct {
 	alarm   *alarmChange
 	// keys: a time-to-live asks for the lease's keys (leaseapi.go).
 	keys bool
+	// physical: a compaction answers once the old versions are gone.
+	physical bool
 }
 
 type callStatus uint8
@@ -569,6 +571,12 @@ func (c *client) issue() {
 	in := c.next()
 	if in.kind == opCompact {
 		in.rev = max(1, w.hist.maxSeenRev-int64(w.rng.IntN(20)))
+		if w.chance(0.1) {
+			// Past the newest revision seen, often past the store's:
+			// etcd refuses it as a future revision.
+			in.rev = w.hist.maxSeenRev + 1 + int64(w.rng.IntN(8))
+		}
+		in.physical = w.chance(0.3) // etcdctl compact --physical
 	}
 	c.send(in)
 }

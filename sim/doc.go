@@ -18,7 +18,8 @@
 // Each seed draws its own mix of faults (plan.go): engine errors,
 // unavailability and uncertain commits, crashes, pauses, partitions,
 // message loss and duplication, clock jumps, leader transfers,
-// compactions, lease expiry; and of traffic: hot keys (most operations on
+// compactions (physical ones, and ones past the newest revision, which
+// etcd refuses), lease expiry; and of traffic: hot keys (most operations on
 // 1–3 keys, counters incremented by Get-then-CAS loops, more clients) and
 // clients that abandon calls (a timeout as short as one commit, or a
 // cancel right after sending) that may still apply; slow watch readers,

@@ -428,7 +428,12 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 	case opRevoke:
 		submit(func(a func(core.Response)) core.RequestID { return d.Revoke(c.in.lease, a) })
 	case opCompact:
-		checked(func(a func(core.Response)) core.RequestID { return d.Compact(c.in.rev, a) })
+		checked(func(a func(core.Response)) core.RequestID {
+			if !c.in.physical {
+				return d.Compact(c.in.rev, a)
+			}
+			return d.Compact(c.in.rev, func(r core.Response) { n.awaitSweep(c, r, a) })
+		})
 	case opKeepAlive:
 		submit(func(a func(core.Response)) core.RequestID { return d.KeepAlive(c.in.lease, a) })
 	case opAuth:

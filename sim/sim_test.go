@@ -459,6 +459,30 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.LeaseCompareReadsVersion = on },
 		seeds: 20,
 		want:  []string{"is not linearizable", "the model gives"},
+	}, {
+		// A compaction past the commit point is stored: the clients
+		// compact now and then past the newest revision seen, and the
+		// checker holds a compaction's success to its header.
+		name:  "compact-accepts-future",
+		plant: func(c *Config, on bool) { c.CoreKnobs.CompactAcceptsFuture = on },
+		seeds: 40,
+		want:  []string{"a future revision", "above C"},
+	}, {
+		// A compaction to the commit point itself is refused as a future
+		// revision: a client's compaction to the newest revision it saw
+		// (one in twenty) may meet it.
+		name:  "compact-head-is-future",
+		plant: func(c *Config, on bool) { c.CoreKnobs.CompactHeadIsFuture = on },
+		seeds: 60,
+		want:  []string{"failed as a future revision"},
+	}, {
+		// A physical compaction is answered before its sweep ran: three
+		// in ten of the clients' compactions are physical, and their
+		// answers are held to the engine (checkSwept).
+		name:  "sweep-answered-early",
+		plant: func(c *Config, on bool) { c.CoreKnobs.SweepAnsweredEarly = on },
+		seeds: 40,
+		want:  []string{"physical compaction"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}
