@@ -97,6 +97,9 @@ func (f *simFlags) switches() []plantSwitch {
 		{"keep-keys-on-uncertain", "an uncertain commit leaves the key cache's entries of the keys it wrote", &k.KeepKeysOnUncertain},
 		{"early-restart", "with --exclusive, a crashed node restarts while its commits may still land", &p.EarlyRestart},
 		{"stale-snapshots", "some engine transactions begin at the snapshot of a few commits ago, missing commits made before their begin", &k.StaleSnapshots},
+		{"role-delete-leaves-users", "a role's delete leaves it on the users that had it", &k.Auth.RoleDeleteLeavesUsers},
+		{"disable-keeps-seq", "an auth disable leaves the auth store's Seq as it was", &k.Auth.DisableKeepsSeq},
+		{"open-ended-as-key", "a permission from a key on (range_end \\x00) is taken as its key alone", &k.Auth.OpenEndedAsKey},
 	}
 }
 
