@@ -1,6 +1,10 @@
 package sim
 
 import (
+	"maps"
+	"slices"
+	"strings"
+
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -18,11 +22,14 @@ const authAdminShare = 0.3
 // changed; a permission of an invalid range; the root role taken from
 // root or given back (allowed while auth is off, and then enabling
 // fails until it is back); a role granted that is not there. Many are
-// refused, with etcd's errors, which the checker holds to its model.
+// refused, with etcd's errors, which the checker holds to its model. An
+// add names, seven times in ten, a role or user the admin deleted, as an
+// operator puts back what it took away.
 func (c *client) authAdminChange() auth.Change {
 	w := c.w
 	role := authRoles[w.rng.IntN(len(authRoles))]
 	user := authUsers[w.rng.IntN(len(authUsers))]
+	goneRoles, goneUsers := c.authGone()
 	none := &authpb.UserAddOptions{NoPassword: true}
 	switch w.rng.IntN(20) {
 	case 0, 1:
@@ -31,7 +38,10 @@ func (c *client) authAdminChange() auth.Change {
 		}
 		return &pb.AuthRoleDeleteRequest{Role: role}
 	case 2, 3, 4:
-		if w.chance(0.125) {
+		switch {
+		case len(goneRoles) > 0 && w.chance(0.7):
+			role = goneRoles[w.rng.IntN(len(goneRoles))]
+		case w.chance(0.125):
 			role = ""
 		}
 		return &pb.AuthRoleAddRequest{Name: role}
@@ -42,6 +52,8 @@ func (c *client) authAdminChange() auth.Change {
 		return &pb.AuthUserDeleteRequest{Name: user}
 	case 7, 8, 9:
 		switch {
+		case len(goneUsers) > 0 && w.chance(0.7):
+			user = goneUsers[w.rng.IntN(len(goneUsers))]
 		case w.chance(0.25):
 			user = authRoot
 		case w.chance(0.1):
@@ -71,4 +83,45 @@ func (c *client) authAdminChange() auth.Change {
 		user = "nobody"
 	}
 	return &pb.AuthUserGrantRoleRequest{User: user, Role: "r4"}
+}
+
+// authGone lists the roles and users the admin's deletes may have taken
+// away (acknowledged, or of unknown outcome) and no acknowledged add of
+// its has put back, in name order.
+func (c *client) authGone() (roles, users []string) {
+	gone := map[string]bool{}
+	for _, cl := range c.w.hist.calls {
+		if cl.client != c || cl.in.kind != opAuth || cl.status == failed || cl.status == answered && cl.err != nil {
+			continue
+		}
+		if cl.status != answered && !isAuthDelete(cl.in.auth) {
+			continue
+		}
+		switch r := cl.in.auth.(type) {
+		case *pb.AuthRoleDeleteRequest:
+			gone["r/"+r.Role] = true
+		case *pb.AuthRoleAddRequest:
+			delete(gone, "r/"+r.Name)
+		case *pb.AuthUserDeleteRequest:
+			gone["u/"+r.Name] = true
+		case *pb.AuthUserAddRequest:
+			delete(gone, "u/"+r.Name)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(gone)) {
+		if name, ok := strings.CutPrefix(k, "r/"); ok {
+			roles = append(roles, name)
+		} else {
+			users = append(users, strings.TrimPrefix(k, "u/"))
+		}
+	}
+	return roles, users
+}
+
+func isAuthDelete(ch auth.Change) bool {
+	switch ch.(type) {
+	case *pb.AuthRoleDeleteRequest, *pb.AuthUserDeleteRequest:
+		return true
+	}
+	return false
 }
