@@ -17,14 +17,14 @@ const authAdminShare = 0.3
 
 // authAdminChange draws one of the admin's rarer changes: a role or a
 // user deleted (a deleted role leaves every user that had it) or added
-// again, now and then one that exists, an empty name or root; auth
-// disabled (every request allowed) or enabled again; a password
-// changed; a permission of an invalid range; the root role taken from
-// root or given back (allowed while auth is off, and then enabling
-// fails until it is back); a role granted that is not there. Many are
-// refused, with etcd's errors, which the checker holds to its model. An
-// add names, seven times in ten, a role or user the admin deleted, as an
-// operator puts back what it took away.
+// again (half the users with a password), now and then one that exists,
+// an empty name or root; auth disabled (every request allowed) or
+// enabled again; a password changed; a permission of an invalid range;
+// the root role taken from root or given back (allowed while auth is
+// off, and then enabling fails until it is back); a role granted that is
+// not there. Many are refused, with etcd's errors, which the checker
+// holds to its model. An add names, seven times in ten, a role or user
+// the admin deleted, as an operator puts back what it took away.
 func (c *client) authAdminChange() auth.Change {
 	w := c.w
 	role := authRoles[w.rng.IntN(len(authRoles))]
@@ -58,6 +58,9 @@ func (c *client) authAdminChange() auth.Change {
 			user = authRoot
 		case w.chance(0.1):
 			user = ""
+		}
+		if w.chance(0.5) {
+			return &pb.AuthUserAddRequest{Name: user, HashedPassword: "$2a$10$sim"}
 		}
 		return &pb.AuthUserAddRequest{Name: user, Options: none}
 	case 10:
