@@ -527,6 +527,43 @@ func (s *authScript) changes() {
 	s.note("an expired token asks the status", outcome(err))
 }
 
+// rootWhileDisabled checks what etcd protects of root only while auth is
+// on: off, root may lose its role and be deleted, and enabling fails
+// until both are back; a role deleted and added again is not given back
+// to the users that had it.
+func (s *authScript) rootWhileDisabled() {
+	ctx, a := s.ctx, s.auth()
+	root := as(ctx, s.login("root", "rootpw"))
+	_, err := a.RoleDelete(root, &pb.AuthRoleDeleteRequest{Role: "root"})
+	s.note("root deletes the root role", outcome(err))
+	_, err = a.UserChangePassword(root, &pb.AuthUserChangePasswordRequest{Name: "nobody", Password: "x"})
+	s.note("root changes nobody's password", outcome(err))
+	_, err = a.AuthDisable(root, &pb.AuthDisableRequest{})
+	s.note("auth disable", outcome(err))
+	_, err = a.AuthDisable(ctx, &pb.AuthDisableRequest{})
+	s.note("auth disable again", outcome(err))
+	_, err = a.RoleDelete(ctx, &pb.AuthRoleDeleteRequest{Role: "root"})
+	s.note("auth off: role delete root", outcome(err))
+	_, err = a.UserRevokeRole(ctx, &pb.AuthUserRevokeRoleRequest{Name: "root", Role: "root"})
+	s.note("auth off: user revoke-role root root", outcome(err))
+	_, err = a.AuthEnable(ctx, &pb.AuthEnableRequest{})
+	s.note("auth enable, root without its role", outcome(err))
+	_, err = a.UserDelete(ctx, &pb.AuthUserDeleteRequest{Name: "root"})
+	s.note("auth off: user delete root", outcome(err))
+	_, err = a.AuthEnable(ctx, &pb.AuthEnableRequest{})
+	s.note("auth enable, no root", outcome(err))
+	_, err = a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
+	s.note("user add root", outcome(err))
+	_, err = a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
+	s.note("user grant-role root root", outcome(err))
+	_, err = a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "r1"})
+	s.note("role add r1 again", outcome(err))
+	r, err := a.UserGet(ctx, &pb.AuthUserGetRequest{Name: "alice"})
+	s.note("user get alice", outcome(err, " ", r.GetRoles()))
+	_, err = a.AuthEnable(ctx, &pb.AuthEnableRequest{})
+	s.note("auth enable", outcome(err))
+}
+
 // runAuthScript runs the whole script against the server at addr, over
 // a plain gRPC connection with etcd's generated stubs: clientv3's
 // interceptors would retry some answers and hide them.
@@ -562,6 +599,7 @@ func runAuthScriptAs(t *testing.T, addr string, cert func(cn string) *tls.Config
 	s.runMatrix()
 	s.rootOnly()
 	s.changes()
+	s.rootWhileDisabled()
 	return s.out
 }
 

@@ -43,6 +43,9 @@ var (
 		{key: "/e/b", end: "/e/hot"},
 		{key: "/e/hot\x00", end: "/e0"},
 		{key: "/registry/pods/a\x00", end: "/registry/pods0"},
+		// From a key on: past the prefixes, to every key.
+		{key: "/e/c", end: "\x00"},
+		{key: "/registry/pods/b", end: "\x00"},
 	}
 )
 
@@ -113,9 +116,13 @@ func (c *client) authUser() {
 }
 
 // authChange draws the admin's next change: a permission or a role
-// granted or revoked (a revoke of what is not granted fails, as etcd's).
+// granted or revoked (a revoke of what is not granted fails, as etcd's),
+// or, authAdminShare of them, one that manages users, roles or auth.
 func (c *client) authChange() input {
 	w := c.w
+	if w.chance(authAdminShare) {
+		return input{kind: opAuth, auth: c.authAdminChange()}
+	}
 	role := authRoles[w.rng.IntN(len(authRoles))]
 	p := authPerms[w.rng.IntN(len(authPerms))]
 	var ch auth.Change
@@ -144,11 +151,19 @@ func describeAuthChange(ch auth.Change) string {
 	case *pb.AuthUserRevokeRoleRequest:
 		return fmt.Sprintf("UserRevokeRole %s %s", r.Name, r.Role)
 	case *pb.AuthUserAddRequest:
-		return "UserAdd " + r.Name
+		return fmt.Sprintf("UserAdd %q", r.Name)
 	case *pb.AuthRoleAddRequest:
-		return "RoleAdd " + r.Name
+		return fmt.Sprintf("RoleAdd %q", r.Name)
+	case *pb.AuthUserDeleteRequest:
+		return "UserDelete " + r.Name
+	case *pb.AuthRoleDeleteRequest:
+		return "RoleDelete " + r.Role
+	case *pb.AuthUserChangePasswordRequest:
+		return "UserChangePassword " + r.Name
 	case *pb.AuthEnableRequest:
 		return "AuthEnable"
+	case *pb.AuthDisableRequest:
+		return "AuthDisable"
 	}
 	return fmt.Sprintf("%T", ch)
 }
@@ -165,6 +180,8 @@ func describePerm(key, end string) string {
 var authErrors = []error{
 	auth.ErrAuthPermissionDenied, auth.ErrAuthUserEmpty, auth.ErrAuthOldRevision, auth.ErrAuthRoleNotGranted,
 	auth.ErrAuthPermissionNotGranted, auth.ErrAuthRoleNotFound, auth.ErrAuthUserNotFound, auth.ErrAuthInvalidMgmt,
+	auth.ErrAuthUserAlreadyExist, auth.ErrAuthRoleAlreadyExist, auth.ErrAuthRoleEmpty, auth.ErrAuthRootUserNotExist,
+	auth.ErrAuthRootRoleNotExist, auth.ErrAuthPermissionNotGiven,
 }
 
 func isAuthError(err error) bool {
@@ -187,7 +204,8 @@ func identity(c *call, st *auth.Store) auth.Identity {
 
 // authCheck is the server's check of a call against st: read for a
 // range, etcd's per-operation rules for a write, the root role for a
-// compaction. Lease calls are not checked here (see doc.go).
+// compaction, write on every key attached to a lease to revoke it. Other
+// lease calls are not checked here (see doc.go).
 func (n *node) authCheck(c *call, st *auth.Store) error {
 	if !st.Enabled {
 		return nil
@@ -200,6 +218,8 @@ func (n *node) authCheck(c *call, st *auth.Store) error {
 		return st.CheckWrite(id, c.in.write, n.drv.LeaseKeys)
 	case opCompact:
 		return st.CheckAdmin(id)
+	case opRevoke:
+		return st.CheckLeaseKeys(id, n.drv.LeaseKeys(c.in.lease), true)
 	}
 	return nil
 }

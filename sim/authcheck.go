@@ -19,12 +19,14 @@ import (
 
 // authModel is the checker's own model of the auth store, written from
 // etcd's documentation and etcd 3.7's behaviour for the changes the admin
-// makes: a user's roles are a set; a role's permissions are a list kept
-// in key order, changed as grantIn and a revoke say. It shares no code
-// with core.
+// makes: whether auth is on; a user's roles are a set; a role's
+// permissions are a list kept in key order, changed as grantIn and a
+// revoke say; a deleted role leaves every user. It shares no code with
+// core.
 type authModel struct {
-	roles map[string][]grant
-	users map[string]map[string]bool
+	enabled bool
+	roles   map[string][]grant
+	users   map[string]map[string]bool
 }
 
 // grant is one permission of a role: a range and its type.
@@ -39,6 +41,7 @@ func newAuthModel() *authModel {
 
 func (m *authModel) clone() *authModel {
 	c := newAuthModel()
+	c.enabled = m.enabled
 	for r, ps := range m.roles {
 		c.roles[r] = slices.Clone(ps)
 	}
@@ -48,26 +51,122 @@ func (m *authModel) clone() *authModel {
 	return c
 }
 
-func (m *authModel) apply(ch auth.Change) {
+// apply applies a change as etcd 3.7 does, with etcd's refusals (its
+// errors, in the order it checks them); changed is false for a change
+// etcd accepts and ignores (enabling twice, granting a role twice). m
+// changes only when changed.
+func (m *authModel) apply(ch auth.Change) (changed bool, err error) {
 	switch r := ch.(type) {
-	case *pb.AuthUserAddRequest:
-		m.users[r.Name] = map[string]bool{}
-	case *pb.AuthRoleAddRequest:
-		m.roles[r.Name] = []grant{}
-	case *pb.AuthUserGrantRoleRequest:
-		if m.users[r.User] != nil {
-			m.users[r.User][r.Role] = true
+	case *pb.AuthEnableRequest:
+		switch {
+		case m.enabled:
+			return false, nil
+		case m.users[authRoot] == nil:
+			return false, auth.ErrAuthRootUserNotExist
+		case !m.users[authRoot]["root"]:
+			return false, auth.ErrAuthRootRoleNotExist
 		}
+		m.enabled = true
+	case *pb.AuthDisableRequest:
+		if !m.enabled {
+			return false, nil
+		}
+		m.enabled = false
+	case *pb.AuthUserAddRequest:
+		switch {
+		case r.Name == "":
+			return false, auth.ErrAuthUserEmpty
+		case m.users[r.Name] != nil:
+			return false, auth.ErrAuthUserAlreadyExist
+		}
+		m.users[r.Name] = map[string]bool{}
+	case *pb.AuthUserDeleteRequest:
+		switch {
+		case m.enabled && r.Name == authRoot:
+			return false, auth.ErrAuthInvalidMgmt
+		case m.users[r.Name] == nil:
+			return false, auth.ErrAuthUserNotFound
+		}
+		delete(m.users, r.Name)
+	case *pb.AuthUserChangePasswordRequest:
+		if m.users[r.Name] == nil {
+			return false, auth.ErrAuthUserNotFound
+		}
+	case *pb.AuthRoleAddRequest:
+		switch {
+		case r.Name == "":
+			return false, auth.ErrAuthRoleEmpty
+		case m.roles[r.Name] != nil:
+			return false, auth.ErrAuthRoleAlreadyExist
+		}
+		m.roles[r.Name] = []grant{}
+	case *pb.AuthRoleDeleteRequest:
+		switch {
+		case m.enabled && r.Role == "root":
+			return false, auth.ErrAuthInvalidMgmt
+		case m.roles[r.Role] == nil:
+			return false, auth.ErrAuthRoleNotFound
+		}
+		delete(m.roles, r.Role)
+		for _, rs := range m.users {
+			delete(rs, r.Role)
+		}
+	case *pb.AuthUserGrantRoleRequest:
+		switch {
+		case m.users[r.User] == nil:
+			return false, auth.ErrAuthUserNotFound
+		case r.Role != "root" && m.roles[r.Role] == nil:
+			return false, auth.ErrAuthRoleNotFound
+		case m.users[r.User][r.Role]:
+			return false, nil
+		}
+		m.users[r.User][r.Role] = true
 	case *pb.AuthUserRevokeRoleRequest:
+		switch {
+		case m.enabled && r.Name == authRoot && r.Role == "root":
+			return false, auth.ErrAuthInvalidMgmt
+		case m.users[r.Name] == nil:
+			return false, auth.ErrAuthUserNotFound
+		case !m.users[r.Name][r.Role]:
+			return false, auth.ErrAuthRoleNotGranted
+		}
 		delete(m.users[r.Name], r.Role)
 	case *pb.AuthRoleGrantPermissionRequest:
-		if ps, ok := m.roles[r.Name]; ok {
-			m.roles[r.Name] = grantIn(ps, grant{permKey{string(r.Perm.Key), string(r.Perm.RangeEnd)}, r.Perm.PermType})
+		switch {
+		case r.Perm == nil:
+			return false, auth.ErrAuthPermissionNotGiven
+		case !validRange(string(r.Perm.Key), string(r.Perm.RangeEnd)):
+			return false, auth.ErrAuthInvalidMgmt
+		case m.roles[r.Name] == nil:
+			return false, auth.ErrAuthRoleNotFound
 		}
+		m.roles[r.Name] = grantIn(m.roles[r.Name], grant{permKey{string(r.Perm.Key), string(r.Perm.RangeEnd)}, r.Perm.PermType})
 	case *pb.AuthRoleRevokePermissionRequest:
 		p := permKey{string(r.Key), string(r.RangeEnd)}
-		m.roles[r.Role] = slices.DeleteFunc(m.roles[r.Role], func(g grant) bool { return g.permKey == p })
+		ps, ok := m.roles[r.Role]
+		switch {
+		case !ok:
+			return false, auth.ErrAuthRoleNotFound
+		case !slices.ContainsFunc(ps, func(g grant) bool { return g.permKey == p }):
+			return false, auth.ErrAuthPermissionNotGranted
+		}
+		m.roles[r.Role] = slices.DeleteFunc(ps, func(g grant) bool { return g.permKey == p })
+	default:
+		return false, auth.ErrAuthInvalidMgmt
 	}
+	return true, nil
+}
+
+// answers reports what the store m answers ch: its error, or whether it
+// changes anything.
+func (m *authModel) answers(ch auth.Change) (changed bool, err error) {
+	return m.clone().apply(ch)
+}
+
+// validRange is etcd's rule for a permission's range: a key, and an end
+// that is empty (the key alone), "\x00" (from the key on) or above it.
+func validRange(key, end string) bool {
+	return key != "" && (end == "" || end == "\x00" || key < end)
 }
 
 // grantIn is etcd 3.7's RoleGrantPermission: the permission at or after
@@ -87,20 +186,25 @@ func grantIn(ps []grant, g grant) []grant {
 }
 
 // need is a range a request reads or writes: [key, end), end empty for
-// the key alone.
+// the key alone; or, admin, the root role.
 type need struct {
 	key, end string
 	write    bool
+	admin    bool
 }
 
-// allows reports whether user may do everything needs lists: the root
-// role may do all; otherwise each need lies in the union of the
-// permissions of the right type of the user's roles.
+// allows reports whether user may do everything needs lists: all, while
+// auth is off; the root role may do all; otherwise each need lies in the
+// union of the permissions of the right type of the user's roles (a
+// deleted user has none).
 func (m *authModel) allows(user string, needs []need) bool {
-	if m.users[user]["root"] {
+	if !m.enabled || m.users[user]["root"] {
 		return true
 	}
 	for _, n := range needs {
+		if n.admin {
+			return false
+		}
 		var held []span
 		for role := range m.users[user] {
 			for _, g := range m.roles[role] {
@@ -159,7 +263,7 @@ func unionHolds(spans []span, want span) bool {
 
 // needs lists what a call must be allowed, or false when the history
 // does not say (a put attaching a lease needs write on the lease's keys
-// too, which other clients change).
+// too, which other clients change; see revokeNeeds for a revoke).
 func needs(in input) ([]need, bool) {
 	switch in.kind {
 	case opRange:
@@ -167,6 +271,8 @@ func needs(in input) ([]need, bool) {
 	case opWrite:
 		var ns []need
 		return ns, opNeeds(in.write, &ns)
+	case opCompact:
+		return []need{{admin: true}}, true
 	}
 	return nil, false
 }
@@ -201,6 +307,81 @@ func opNeeds(op *pb.RequestOp, ns *[]need) bool {
 	return true
 }
 
+// revokeNeeds bounds what a lease's revoke needed: write on the keys
+// attached to the lease when it was checked, which the history tells
+// only in part. A denial is held to the keys any put tried to attach (a
+// store that let the user write them all would have allowed it). A
+// revoke that was allowed and found the lease (answered without error,
+// at revision r) is held to the keys surely attached when it was
+// checked, before it applied: each one an acknowledged plain put attached
+// before the revoke started, at revision p, and no event changed from p
+// to the revoke's own (changed: each key's event revisions, in order).
+func revokeNeeds(cl *call, allowed bool, attached map[int64][]leasePut, changed map[string][]int64) ([]need, bool) {
+	var ns []need
+	for _, lp := range attached[cl.in.lease] {
+		p, key := lp.call, string(lp.key)
+		if !allowed {
+			ns = append(ns, need{key: key, write: true})
+			continue
+		}
+		if cl.status != answered || cl.err != nil || p.in.write.GetRequestPut() == nil || p.status != answered || p.err != nil || p.end >= cl.start {
+			continue
+		}
+		last := cl.rev // the events at the revoke's own revision are its own
+		if cl.wrote {
+			last--
+		}
+		revs := changed[key]
+		i, found := slices.BinarySearch(revs, p.rev)
+		if found && (i+1 == len(revs) || revs[i+1] > last) {
+			ns = append(ns, need{key: key, write: true})
+		}
+	}
+	return ns, true
+}
+
+// keyChanges lists each key's event revisions, in order.
+func keyChanges(evs []core.Event) map[string][]int64 {
+	revs := map[string][]int64{}
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		revs[k] = append(revs[k], ev.Rev)
+	}
+	for _, rs := range revs {
+		slices.Sort(rs)
+	}
+	return revs
+}
+
+// leasePut is a put that named a lease: its call and key.
+type leasePut struct {
+	call *call
+	key  []byte
+}
+
+// leasePuts lists, per lease, the calls that tried to attach a key to
+// it (a put naming it, maybe in a txn), whatever became of them.
+func (w *World) leasePuts() map[int64][]leasePut {
+	puts := map[int64][]leasePut{}
+	var walk func(cl *call, op *pb.RequestOp)
+	walk = func(cl *call, op *pb.RequestOp) {
+		if p := op.GetRequestPut(); p != nil && p.Lease != 0 {
+			puts[p.Lease] = append(puts[p.Lease], leasePut{cl, p.Key})
+		}
+		if t := op.GetRequestTxn(); t != nil {
+			for _, o := range slices.Concat(t.Success, t.Failure) {
+				walk(cl, o)
+			}
+		}
+	}
+	for _, cl := range w.hist.calls {
+		if cl.in.kind == opWrite {
+			walk(cl, cl.in.write)
+		}
+	}
+	return puts
+}
+
 // authDecision is what a call shows of its permission check: allowed or
 // denied, and by when it was decided; ok is false if it shows nothing
 // (it failed or was abandoned before it could tell).
@@ -212,6 +393,8 @@ func authDecision(cl *call) (allowed bool, by time.Duration, ok bool) {
 		return false, 0, false
 	case errors.Is(cl.err, auth.ErrAuthPermissionDenied):
 		return false, cl.end, true
+	case cl.in.kind == opCompact && errors.Is(cl.err, auth.ErrAuthUserNotFound):
+		return false, cl.end, true // etcd's answer to a deleted user's
 	case cl.err == nil, isEtcdError(cl.err):
 		return true, cl.end, true
 	}
@@ -227,6 +410,22 @@ type authChain struct {
 	from   []time.Duration // from[i]: the commit call of Seq seq0+i
 	known  []time.Duration // known[i]: see authAttempt.known (-1: never)
 	change []auth.Change   // change[i]: what made Seq seq0+i
+	// applied: the admin's calls whose change the engine applied.
+	applied map[*call]bool
+}
+
+// window is the range of stores a decision may have seen: from the
+// newest change known before start to the newest committed by by.
+func (c *authChain) window(start, by time.Duration) (lo, hi int) {
+	for i := range c.models {
+		if c.known[i] >= 0 && c.known[i] < start {
+			lo = i
+		}
+		if c.from[i] <= by {
+			hi = i
+		}
+	}
+	return lo, max(hi, lo)
 }
 
 // checkAuth holds every permission check to the auth store's history: a
@@ -238,10 +437,14 @@ type authChain struct {
 // is one: once a revoke has taken effect and its leader knows the commit
 // ended, no instance may serve a request that starts later with the store
 // from before it (the leader's distrust window after a failed change is
-// there for that). Every acknowledged change must have applied, the
-// applied ones must make a chain of Seqs without gaps, and the last store
-// of the model must be the engine's.
-func (w *World) checkAuth(res *Result) error {
+// there for that). While auth is off every request is allowed; a
+// compaction needs the root role; a lease's revoke is judged as far as
+// the history tells its keys (revokeNeeds). Every acknowledged change must
+// have applied, each applied one must be one etcd applies to the store
+// before it, the applied ones must make a chain of Seqs without gaps, the
+// last store of the model must be the engine's, and a change that did
+// not apply must have been answered as etcd would have (checkAnswer).
+func (w *World) checkAuth(res *Result, evs []core.Event) error {
 	if !w.plan.Auth {
 		return nil
 	}
@@ -250,28 +453,26 @@ func (w *World) checkAuth(res *Result) error {
 		return err
 	}
 	res.authChanges = len(chain.models) - 1
+	attached, changed := w.leasePuts(), keyChanges(evs)
 	for _, cl := range w.hist.calls {
+		if cl.in.kind == opAuth {
+			if err := chain.checkAnswer(cl); err != nil {
+				return err
+			}
+			continue
+		}
 		if cl.user == "" || cl.user == authRoot {
 			continue
 		}
 		ns, ok := needs(cl.in)
-		if !ok {
+		allowed, by, decided := authDecision(cl)
+		if cl.in.kind == opRevoke {
+			ns, ok = revokeNeeds(cl, allowed, attached, changed)
+		}
+		if !ok || !decided {
 			continue
 		}
-		allowed, by, ok := authDecision(cl)
-		if !ok {
-			continue
-		}
-		lo, hi := 0, 0
-		for i := range chain.models {
-			if chain.known[i] >= 0 && chain.known[i] < cl.start {
-				lo = i
-			}
-			if chain.from[i] <= by {
-				hi = i
-			}
-		}
-		hi = max(hi, lo)
+		lo, hi := chain.window(cl.start, by)
 		fits := false
 		for i := lo; i <= hi && !fits; i++ {
 			fits = chain.models[i].allows(cl.user, ns) == allowed
@@ -291,6 +492,24 @@ func (w *World) checkAuth(res *Result) error {
 		}
 	}
 	return nil
+}
+
+// checkAnswer holds the admin's answer to a change that did not apply
+// to etcd's: a refusal (with etcd's error) or an accepted change that
+// changes nothing, by some store of the call's window.
+func (c *authChain) checkAnswer(cl *call) error {
+	if cl.status != answered || c.applied[cl] {
+		return nil
+	}
+	lo, hi := c.window(cl.start, cl.end)
+	for i := lo; i <= hi; i++ {
+		changed, err := c.models[i].answers(cl.in.auth)
+		if errors.Is(cl.err, err) && (err != nil || !changed) {
+			return nil
+		}
+	}
+	return fmt.Errorf("auth: c%d op%d %s was answered %v (not applied), but no auth store from seq %d to seq %d would have: %s",
+		cl.client.idx, cl.id, describeAuthChange(cl.in.auth), cl.err, c.seq0+uint64(lo), c.seq0+uint64(hi), c.describe(lo, hi))
 }
 
 // authChain resolves the admin's changes against the engine: an attempt
@@ -324,16 +543,21 @@ func (w *World) authChain() (*authChain, error) {
 	}
 	m := newAuthModel()
 	for _, ch := range authSetup() {
-		m.apply(ch)
+		if _, err := m.apply(ch); err != nil {
+			return nil, fmt.Errorf("auth: the model refuses the setup's %s: %w", describeAuthChange(ch), err)
+		}
 	}
-	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []auth.Change{nil}}
+	chain := &authChain{seq0: w.authSeq0, models: []*authModel{m}, from: []time.Duration{0}, known: []time.Duration{0}, change: []auth.Change{nil}, applied: appliedBy}
 	for s := w.authSeq0 + 1; s <= final.Seq; s++ {
 		a, ok := applied[s]
 		if !ok {
 			return nil, fmt.Errorf("auth: the engine's store is at seq %d, but no change applied seq %d", final.Seq, s)
 		}
 		m = m.clone()
-		m.apply(a.call.in.auth)
+		if changed, err := m.apply(a.call.in.auth); err != nil || !changed {
+			return nil, fmt.Errorf("auth: op%d %s applied seq %d, but etcd answers it %v (changed %v) at seq %d: %s",
+				a.call.id, describeAuthChange(a.call.in.auth), s, err, changed, s-1, chain.describe(len(chain.models)-1, len(chain.models)-1))
+		}
 		chain.models = append(chain.models, m)
 		chain.from = append(chain.from, a.at)
 		chain.known = append(chain.known, a.known)
@@ -363,6 +587,9 @@ func (c *authChain) describe(lo, hi int) string {
 // describe renders the model's users and roles, sorted.
 func (m *authModel) describe() string {
 	var b strings.Builder
+	if !m.enabled {
+		b.WriteString("(auth disabled) ")
+	}
 	for _, u := range slices.Sorted(maps.Keys(m.users)) {
 		fmt.Fprintf(&b, "%s%v ", u, slices.Sorted(maps.Keys(m.users[u])))
 	}
@@ -379,6 +606,7 @@ func (m *authModel) describe() string {
 // describeStore renders an engine's store as the model's describe does.
 func describeStore(st *auth.Store) string {
 	m := newAuthModel()
+	m.enabled = st.Enabled
 	users, roles := st.ExportAuth()
 	for _, u := range users {
 		m.users[string(u.Name)] = map[string]bool{}
@@ -399,7 +627,11 @@ func describeNeeds(ns []need) string {
 	parts := make([]string, len(ns))
 	for i, n := range ns {
 		op := "read"
-		if n.write {
+		switch {
+		case n.admin:
+			parts[i] = "the root role"
+			continue
+		case n.write:
 			op = "write"
 		}
 		parts[i] = op + " " + describePerm(n.key, n.end)

@@ -51,7 +51,7 @@ func (w *World) check(res *Result) error {
 	if err := w.checkNoEmptyRevisions(); err != nil {
 		return err
 	}
-	if err := w.checkAuth(res); err != nil {
+	if err := w.checkAuth(res, evs); err != nil {
 		return err
 	}
 	if err := w.checkLeaseDeadlines(); err != nil {

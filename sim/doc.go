@@ -29,8 +29,13 @@
 // newest commit point it learned; and auth (auth.go): the engine starts
 // with a store of root, users and roles, the clients run as those users (a
 // call names its user, as a client certificate would), and an admin client
-// grants and revokes permissions and roles among its traffic, through
-// leader and followers, under the same faults; on some seeds the store is
+// grants and revokes permissions (some from a key on) and roles among its
+// traffic, and three in ten of its changes delete and add again roles
+// and users, disable and enable auth, change a password, or are ones
+// etcd refuses (a name that exists or is empty, root's protections, an
+// unknown role, an invalid range), through leader and followers, under
+// the same faults; users' compactions and lease revokes are checked as
+// the server checks them; on some seeds the store is
 // troubled: its commits often end uncertain, the leader's loads of it from
 // a snapshot stall, and the admin backs off after a failed change, so
 // loads run across failed changes and distrust windows pass unread; an
@@ -59,13 +64,15 @@
 // decision fits an auth store between the newest change known before the
 // request started (acknowledged, or applied although its commit failed,
 // once its leader heard the commit's answer) and the newest committed
-// before it was decided (authcheck.go: its own model of the store,
-// uncertain changes resolved by the engine's outcome of their
-// transactions, the chain of applied changes checked against the engine's
-// final store; lease calls, watches and puts that attach a lease are not
-// judged), every write and lease grant refused for NOSPACE or accepted
-// fits the alarm changes around it in real time (checkAlarms), and a
-// snapshot (core.Export) that holds exactly the events
+// before it was decided (authcheck.go: its own model of the store, with
+// etcd's refusals, uncertain changes resolved by the engine's outcome of
+// their transactions, the chain of applied changes checked against the
+// engine's final store, every change that did not apply answered as
+// etcd would have; a revoke judged on the keys the history shows
+// attached; other lease calls, watches and puts that attach a lease are
+// not judged), every write and lease grant refused for NOSPACE or
+// accepted fits the alarm changes around it in real time (checkAlarms),
+// and a snapshot (core.Export) that holds exactly the events
 // since the compaction and the versions alive at it; core invariants run
 // after every step, with one across nodes: a term is led by one node,
 // once; and no engine read of a node meets a malformed record (a write

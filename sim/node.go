@@ -426,7 +426,7 @@ func (n *node) local(c *call, got *answer, done func(error)) {
 	case opGrant:
 		submit(func(a func(core.Response)) core.RequestID { return d.Grant(c.in.lease, c.in.ttl, a) })
 	case opRevoke:
-		submit(func(a func(core.Response)) core.RequestID { return d.Revoke(c.in.lease, a) })
+		checked(func(a func(core.Response)) core.RequestID { return d.Revoke(c.in.lease, a) })
 	case opCompact:
 		checked(func(a func(core.Response)) core.RequestID {
 			if !c.in.physical {

@@ -483,6 +483,30 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		plant: func(c *Config, on bool) { c.CoreKnobs.SweepAnsweredEarly = on },
 		seeds: 40,
 		want:  []string{"physical compaction"},
+	}, {
+		// A role's delete leaves it on its users: the admin deletes roles
+		// and adds them again (authAdminChange), and the checker's model
+		// strips a deleted role from every user, as etcd does.
+		name:  "role-delete-leaves-users",
+		plant: func(c *Config, on bool) { c.Knobs.Auth.RoleDeleteLeavesUsers = on },
+		seeds: 60,
+		want:  []string{"auth: "},
+	}, {
+		// AuthDisable leaves the store's Seq as it was: the admin
+		// disables auth and enables it again, and while it is off every
+		// request must be allowed; the applied changes must make a chain
+		// of Seqs.
+		name:  "disable-keeps-seq",
+		plant: func(c *Config, on bool) { c.Knobs.Auth.DisableKeepsSeq = on },
+		seeds: 60,
+		want:  []string{"auth: "},
+	}, {
+		// A permission from a key on (range_end "\x00") is taken as its
+		// key alone: the admin grants such permissions among the others.
+		name:  "open-ended-as-key",
+		plant: func(c *Config, on bool) { c.Knobs.Auth.OpenEndedAsKey = on },
+		seeds: 60,
+		want:  []string{"auth: "},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Ops: 1000, Exclusive: tc.exclusive}

@@ -115,6 +115,9 @@ func (f *simFlags) switches() []plantSwitch {
 		{"compare-first-key-only", "a compare over a range holds when its first key passes it", &c.CompareFirstKeyOnly},
 		{"txn-revision-reads-committed", "a txn's range at a revision reads at the commit point as of dealing", &c.TxnRevisionReadsCommitted},
 		{"lease-compare-reads-version", "a compare of a key's lease compares with the compare's version field", &c.LeaseCompareReadsVersion},
+		{"role-delete-leaves-users", "a role's delete leaves it on the users that had it", &k.Auth.RoleDeleteLeavesUsers},
+		{"disable-keeps-seq", "an auth disable leaves the auth store's Seq as it was", &k.Auth.DisableKeepsSeq},
+		{"open-ended-as-key", "a permission from a key on (range_end \\x00) is taken as its key alone", &k.Auth.OpenEndedAsKey},
 	}
 }
 

@@ -33,8 +33,8 @@ func TestReplayCommandNamesEveryPlant(t *testing.T) {
 	if err := fs.Parse([]string{"--ops", "300", "--exclusive"}); err != nil {
 		t.Fatal(err)
 	}
-	if n, want := len(base.switches()), reflect.TypeOf(base.plants).NumField()-1+reflect.TypeOf(base.knobs).NumField()+reflect.TypeOf(base.coreKnobs).NumField(); n != want {
-		t.Fatalf("%d plant switches for the %d switches of sim.Plants, driver.TestingKnobs and core.TestingKnobs", n, want)
+	if n, want := len(base.switches()), reflect.TypeOf(base.plants).NumField()-1+reflect.TypeOf(base.knobs).NumField()-1+reflect.TypeOf(base.knobs.Auth).NumField()+reflect.TypeOf(base.coreKnobs).NumField(); n != want {
+		t.Fatalf("%d plant switches for the %d switches of sim.Plants, driver.TestingKnobs (auth.TestingKnobs within) and core.TestingKnobs", n, want)
 	}
 	for i, p := range base.switches() {
 		f := base

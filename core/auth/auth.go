@@ -95,6 +95,17 @@ type TestingKnobs struct {
 	// union of spans that touch (one ends where the next begins) is
 	// denied, as if a gap lay between them.
 	TouchingSpansLeaveGap bool
+	// RoleDeleteLeavesUsers: a role's delete leaves it on the users that
+	// had it, so a role added again under its name gives them its
+	// permissions back.
+	RoleDeleteLeavesUsers bool
+	// DisableKeepsSeq: AuthDisable bumps the auth revision but not Seq
+	// (as AuthEnable bumps Seq alone), so an instance whose copy holds
+	// that Seq goes on checking requests as if auth were on.
+	DisableKeepsSeq bool
+	// OpenEndedAsKey: a permission whose range_end is "\x00" (from its
+	// key on) is taken as its key alone.
+	OpenEndedAsKey bool
 }
 
 // NewStore returns an empty store signing with secret, at etcd's
@@ -149,6 +160,10 @@ func (a *Store) Apply(ch Change) (changed bool, err error) {
 			return false, nil
 		}
 		a.Enabled = false
+		if a.Testing.DisableKeepsSeq {
+			a.Revision++
+			return true, nil
+		}
 	case *pb.AuthUserAddRequest:
 		err = a.userAdd(r)
 	case *pb.AuthUserDeleteRequest:
@@ -264,6 +279,9 @@ func (a *Store) roleDelete(r *pb.AuthRoleDeleteRequest) error {
 		return ErrAuthRoleNotFound
 	}
 	delete(a.Roles, r.Role)
+	if a.Testing.RoleDeleteLeavesUsers {
+		return nil
+	}
 	for _, u := range a.Users {
 		u.Roles = slices.DeleteFunc(u.Roles, func(s string) bool { return s == r.Role })
 	}

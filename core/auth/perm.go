@@ -100,6 +100,9 @@ func covers(spans []permRange, q permRange, knobs TestingKnobs) bool {
 	var begin, reach []byte
 	found := false
 	for _, s := range spans {
+		if knobs.OpenEndedAsKey && s.end == nil {
+			s.end = append(bytes.Clone(s.begin), 0)
+		}
 		if (q.end != nil && bytes.Compare(s.begin, q.end) >= 0) || (s.end != nil && bytes.Compare(s.end, q.begin) <= 0) {
 			continue // does not meet q
 		}
