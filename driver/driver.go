@@ -165,6 +165,10 @@ type TestingKnobs struct {
 	// CancelKeepsWatch: a client's cancel of a watch is acknowledged,
 	// but the watch stays registered and its events keep coming.
 	CancelKeepsWatch bool
+	// ReadPointUnlearned: the commit point a leader serves reads at is
+	// not learned (as once), so once it follows, its serializable reads
+	// may answer below a read it served while it led.
+	ReadPointUnlearned bool
 	// Auth plants bugs of the auth store's: every store the driver reads
 	// from the engine carries them (auth.TestingKnobs).
 	Auth auth.TestingKnobs

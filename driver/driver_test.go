@@ -310,6 +310,26 @@ func TestLeadLearnsAnsweredRevisions(t *testing.T) {
 	}
 }
 
+// TestReadPointIsLearned: a leader learns the commit point it serves
+// reads at, so its serializable reads once it follows do not go below
+// them, as an etcd member's local reads never go back (simulator seed
+// 2690: a leader served a read at r108, which only a lease expiry had
+// written, stepped down, and served a serializable read at r107).
+func TestReadPointIsLearned(t *testing.T) {
+	d, _, ex, _ := newLeader(t)
+	var got *core.Response
+	propose(t, d, "/k", &got)
+	ex.drain(t, d, nil)
+	// The write's answer is not taken through Lead: nothing learned it.
+	c, _, ok := d.ReadPoint()
+	if !ok || c < 2 {
+		t.Fatalf("read point r%d %v, want a leader's", c, ok)
+	}
+	if k := d.Known(); k != c {
+		t.Fatalf("known r%d after serving reads at r%d", k, c)
+	}
+}
+
 // TestLeaderIgnoresAnElectionResultItDidNotAskFor: the result of an
 // election op the member is not waiting for (one delivered twice, or a
 // crashed predecessor's campaign reported to its successor) changes

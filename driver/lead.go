@@ -310,6 +310,11 @@ func (d *Driver) ReadPoint() (c, compacted int64, ok bool) {
 			c, compacted, ok = n.Committed(), n.Compacted(), true
 		}
 	})
+	if ok && !d.cfg.Testing.ReadPointUnlearned {
+		// A read served here at c: once this member follows, its
+		// serializable reads (FollowerPoint) must not go below it.
+		d.learn(c)
+	}
 	return c, compacted, ok
 }
 

@@ -87,6 +87,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"learn-goes-back", "a member takes each answer's revision as the newest it learned, even one that arrives late", &k.LearnGoesBack},
 		{"compactions-learned-late", "a hub hears of a compaction answered through its member only from its feed", &k.CompactionsLearnedLate},
 		{"late-anchor-outputs", "what an anchoring hub answers the watches that waited for it goes out after what their streams send at once", &k.LateAnchorOutputs},
+		{"read-point-unlearned", "a leader does not learn the commit point it serves reads at, so its serializable reads as a follower may go below them", &k.ReadPointUnlearned},
 		{"progress-at-floor", "a progress answer on a stream whose hub is behind what a watch resumed there saw is raised to that", &k.ProgressAtFloor},
 		{"progress-first-watch-only", "a RequestProgress answer waits for the stream's first watch alone to be synced", &k.ProgressFirstWatchOnly},
 		{"cancel-keeps-watch", "a client's cancel of a watch is acknowledged but the watch stays", &k.CancelKeepsWatch},
