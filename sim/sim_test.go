@@ -342,7 +342,7 @@ func TestWidenedKnobsAreCaught(t *testing.T) {
 		// streams carried several watches.
 		name:  "progress-at-floor",
 		plant: func(c *Config, on bool) { c.Knobs.ProgressAtFloor = on },
-		seeds: 60,
+		seeds: 120,
 		want:  []string{"ahead of events"},
 	}, {
 		// A RequestProgress answer waits for the stream's first watch
