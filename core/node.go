@@ -138,6 +138,10 @@ type TestingKnobs struct {
 	// compact revision is stored, before the sweep deleted what it made
 	// unreachable.
 	SweepAnsweredEarly bool
+	// ExhaustedKeepsLatch: a request that ran out of attempts is
+	// answered but keeps its latch, so later writes of its keys wait
+	// for good.
+	ExhaustedKeepsLatch bool
 }
 
 func (c Config) withDefaults() Config {

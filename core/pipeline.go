@@ -431,7 +431,9 @@ func (n *Node) retry(w *Work) {
 			n.abandonLease(w.Lease)
 		}
 		n.respond(w.ID, ErrRetriesExhausted)
-		n.unlatch(w)
+		if !n.cfg.Testing.ExhaustedKeepsLatch {
+			n.unlatch(w)
+		}
 		return
 	}
 	next := &Work{Kind: WorkRequest, ID: w.ID, Request: w.Request, Lease: w.Lease, Serial: w.Serial, Attempt: w.Attempt + 1, latch: w.latch, knobs: w.knobs}

@@ -122,9 +122,11 @@ type client struct {
 	list    *listState
 	counter *counterLoop
 	watcher bool
-	user    string // who its calls run as, in a world with auth on
-	admin   bool   // it changes the auth store among its traffic
-	final   bool   // the post-heal liveness operation is out
+	// resuming: the stream being opened resumes one that broke.
+	resuming bool
+	user     string // who its calls run as, in a world with auth on
+	admin    bool   // it changes the auth store among its traffic
+	final    bool   // the post-heal liveness operation is out
 	// compacted is a compact revision this client's compaction stored:
 	// its next call reads everything at it, while the sweep runs.
 	compacted int64
@@ -564,8 +566,12 @@ func (c *client) issue() {
 			return
 		}
 		c.final = true
+		// With one of its keys: every key must take writes again once
+		// the faults heal (a latch a request left behind blocks one).
 		k := fmt.Sprintf("/final/c%d", c.idx)
-		c.send(input{kind: opWrite, write: putOp(k, []byte("done"), 0)})
+		ks := c.keyspace()
+		then := []*pb.RequestOp{putOp(k, []byte("done"), 0), putOp(ks[c.idx%len(ks)], []byte("done"), 0)}
+		c.send(input{kind: opWrite, write: &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: then}}}})
 		return
 	}
 	in := c.next()
@@ -741,6 +747,16 @@ func (c *client) learnTxn(req *pb.RequestOp, resp *pb.ResponseOp) {
 // watch cache starting from its last list, `etcdctl watch --rev`): its
 // node reads that history back from the engine in catch-up reads, and a
 // start below the compaction is canceled as compacted.
+// resumeWatch opens the client's stream again after it broke, from
+// what it saw: as clientv3 resumes every watch of a stream at once, the
+// new stream carries companions more often (sim/streams.go), and on a
+// node behind the old one they meet the floor the resumed watch sets.
+func (c *client) resumeWatch(rev int64) {
+	c.resuming = true
+	c.startWatch(rev)
+	c.resuming = false
+}
+
 func (c *client) startWatch(rev int64) {
 	if c.w.chance(0.125) {
 		rev = max(1, rev-1-c.w.rng.Int64N(256))
@@ -762,6 +778,10 @@ func (c *client) openWatch(n *node, rev int64) *clientWatch {
 		spec.Key, spec.End, spec.NoDelete = []byte("/e/"), []byte("/e0"), c.w.chance(0.2)
 	}
 	spec.Fragment, spec.ProgressNotify, spec.ProgressAtOnce = c.w.chance(0.3), c.w.chance(0.3), c.w.chance(0.3)
+	if c.resuming && c.w.chance(0.5) {
+		// A watch cache resumed elsewhere wants a bookmark at once.
+		spec.ProgressAtOnce = true
+	}
 	cw := &clientWatch{spec: spec, lastRev: rev - 1, wid: -1}
 	more := c.companions(cw)
 	c.watches = append(append(c.watches, cw), more...)
@@ -892,7 +912,7 @@ func (c *client) watchBroken(cw *clientWatch) {
 		if !c.w.stopped && !compacted {
 			c.w.after(c.w.between(10*time.Millisecond, 200*time.Millisecond), "rewatch", func() {
 				if c.watch == nil && !c.w.stopped {
-					c.startWatch(cw.lastRev + 1)
+					c.resumeWatch(cw.lastRev + 1)
 				}
 			})
 		}

@@ -47,7 +47,8 @@
 // only a few writes in flight (core's MaxPending). Nodes
 // check ranges, writes and compactions as the server does, with the
 // driver's choice of store. After the client budget is spent the faults
-// heal and every client must get a write through and every watch must
+// heal and every client must get a write through (to one of its keys as
+// well, so a key left latched shows) and every watch must
 // catch up (liveness).
 //
 // Then check.go resolves every call the clients could not tell about from

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -79,7 +80,7 @@ func (n *node) start() {
 	n.member = core.NewMember(core.MemberConfig{
 		ID: n.id(), Addr: n.name, Lease: leaseDuration, RenewEvery: renewEvery,
 		MaxDrift: maxDrift, EngineDeadline: engineDeadline, Exclusive: n.w.cfg.Exclusive,
-		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: n.w.plan.CatchUpBatch, MaxAttempts: 64, SweepBatch: 4, RevisionBatch: n.w.plan.RevisionBatch, MaxPending: n.w.plan.MaxPending, Testing: n.w.cfg.CoreKnobs},
+		Node: core.Config{RingSize: 64, RingBytes: n.w.plan.RingBytes, CatchUpBatch: n.w.plan.CatchUpBatch, MaxAttempts: cmp.Or(n.w.plan.MaxAttempts, 64), SweepBatch: 4, RevisionBatch: n.w.plan.RevisionBatch, MaxPending: n.w.plan.MaxPending, Testing: n.w.cfg.CoreKnobs},
 	})
 	n.drv = driver.New(driver.Config{Member: n.member, Clock: simClock{n}, Exec: simExec{n}, Transport: simTransport{n}, Binary: "sim",
 		AuthSecret: func() ([]byte, error) { return []byte("sim secret"), nil }, KeyCacheBytes: n.w.plan.KeyCacheBytes,

@@ -169,6 +169,10 @@ type Plan struct {
 	// flight, past which the leader refuses more as etcd does when its
 	// apply falls behind (0: core's default).
 	MaxPending int
+	// MaxAttempts is core's (Config): on some seeds a request whose
+	// revision ends a no-op twice or thrice fails for good
+	// (ErrRetriesExhausted; 0: the sim's 64).
+	MaxAttempts int
 }
 
 // hotKeyPool is where hot keys come from: under the prefixes that
@@ -291,6 +295,9 @@ func drawTraffic(w *World, p *Plan) {
 	if w.chance(0.15) {
 		p.MaxPending = 2 + w.rng.IntN(4)
 	}
+	if w.chance(0.15) {
+		p.MaxAttempts = 2 + w.rng.IntN(2)
+	}
 }
 
 // traffic renders the plan's client mix for the one-line result.
@@ -323,6 +330,9 @@ func (p Plan) traffic() string {
 	}
 	if p.InvalidShare > 0 {
 		s += fmt.Sprintf(" invalid=%.0f%%", 100*p.InvalidShare)
+	}
+	if p.MaxAttempts > 0 {
+		s += fmt.Sprintf(" maxattempts=%d", p.MaxAttempts)
 	}
 	if p.MaxPending > 0 {
 		s += fmt.Sprintf(" maxpending=%d", p.MaxPending)

@@ -19,8 +19,12 @@ import (
 // picks (one in five of those a taken one, which etcd refuses), and half
 // canceled by the client after a while.
 
-// companionShare is the share of streams that carry companions.
-const companionShare = 0.35
+// companionShare is the share of streams that carry companions;
+// resumedCompanionShare, of those that resume a broken one.
+const (
+	companionShare        = 0.35
+	resumedCompanionShare = 0.8
+)
 
 // companionID is the first watch ID a client picks for a companion:
 // far above those the stream hands out itself (0, 1, 2...).
@@ -37,7 +41,11 @@ var watchRanges = map[clientKind][][2]string{
 // companions draws the watches that share cw's stream (none, mostly).
 func (c *client) companions(cw *clientWatch) []*clientWatch {
 	w := c.w
-	if !w.chance(companionShare) {
+	share := companionShare
+	if c.resuming {
+		share = resumedCompanionShare
+	}
+	if !w.chance(share) {
 		return nil
 	}
 	var out []*clientWatch

@@ -92,6 +92,7 @@ func (f *simFlags) switches() []plantSwitch {
 		{"progress-first-watch-only", "a RequestProgress answer waits for the stream's first watch alone to be synced", &k.ProgressFirstWatchOnly},
 		{"cancel-keeps-watch", "a client's cancel of a watch is acknowledged but the watch stays", &k.CancelKeepsWatch},
 		{"progress-at-committed", "progress notifications say the member's commit point, even for a watch still catching up or on a hub behind it", &k.ProgressAtCommitted},
+		{"exhausted-keeps-latch", "a request that ran out of attempts keeps its latch", &c.ExhaustedKeepsLatch},
 		{"compact-accepts-future", "a compaction past the commit point is stored, not refused", &c.CompactAcceptsFuture},
 		{"compact-head-is-future", "a compaction to the commit point itself is refused as a future revision", &c.CompactHeadIsFuture},
 		{"sweep-answered-early", "a physical compaction is answered before its sweep ran", &c.SweepAnsweredEarly},
