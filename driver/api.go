@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"errors"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/axon-kv/axon/core"
@@ -91,13 +93,28 @@ func (d *Driver) Committed() int64 {
 	return d.committed()
 }
 
-// TimeToLive describes a lease, with the commit point.
-func (d *Driver) TimeToLive(lease int64) (info core.LeaseInfo, rev int64, ok bool, err error) {
+// TimeToLive answers etcd's LeaseTimeToLive on the leader, with the
+// commit point (the host sets the header): a missing lease is TTL -1, the
+// remaining time whole seconds, the keys only if asked for.
+func (d *Driver) TimeToLive(lease int64, keys bool) (resp *pb.LeaseTimeToLiveResponse, rev int64, ok bool, err error) {
+	var info core.LeaseInfo
 	ok = d.Step(nil, func(n *core.Node) {
 		info, err = n.TimeToLive(lease, d.cfg.Clock.Now())
 		rev = n.Committed()
 	})
-	return info, rev, ok, err
+	switch {
+	case !ok:
+		return nil, 0, false, nil
+	case errors.Is(err, core.ErrLeaseNotFound):
+		return &pb.LeaseTimeToLiveResponse{ID: lease, TTL: -1}, rev, true, nil
+	case err != nil:
+		return nil, rev, true, err
+	}
+	resp = &pb.LeaseTimeToLiveResponse{ID: lease, TTL: int64(info.Remaining.Seconds()), GrantedTTL: info.GrantedTTL}
+	if keys {
+		resp.Keys = info.Keys
+	}
+	return resp, rev, true, nil
 }
 
 // Leases lists the leases, with the commit point.

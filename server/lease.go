@@ -112,21 +112,14 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveR
 		if err := l.s.authorizeLeader(ctx, check); err != nil {
 			return nil, err
 		}
-		info, rev, led, err := l.s.drv.TimeToLive(r.ID)
+		resp, rev, led, err := l.s.drv.TimeToLive(r.ID, r.Keys)
 		if !led {
 			return nil, core.ErrNotLeader
-		}
-		if errors.Is(err, core.ErrLeaseNotFound) {
-			// etcd reports a missing lease as TTL -1.
-			return &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: -1}, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(rev), ID: r.ID, TTL: int64(info.Remaining.Seconds()), GrantedTTL: info.GrantedTTL}
-		if r.Keys {
-			resp.Keys = info.Keys
-		}
+		resp.Header = l.s.header(rev)
 		return resp, nil
 	}, func(ctx context.Context, cc *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
 		return pb.NewLeaseClient(cc).LeaseTimeToLive(ctx, r)

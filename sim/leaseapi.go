@@ -3,12 +3,12 @@ package sim
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/axon-kv/axon/core"
@@ -107,7 +107,7 @@ func (c *client) revokedLease(none int64) int64 {
 
 // leaseQuery answers a time-to-live or lease list on the leader through
 // the driver, as the server's LeaseTimeToLive and LeaseLeases do: a
-// missing lease is TTL -1, the remaining time whole seconds.
+// missing lease is TTL -1 (driver.TimeToLive).
 func (n *node) leaseQuery(c *call, got *answer, done func(error)) {
 	q := &leaseQuery{ttl: -1}
 	var (
@@ -118,21 +118,17 @@ func (n *node) leaseQuery(c *call, got *answer, done func(error)) {
 		q.ids, rev, ok = n.drv.Leases()
 	} else {
 		var (
-			info core.LeaseInfo
+			resp *pb.LeaseTimeToLiveResponse
 			err  error
 		)
-		info, rev, ok, err = n.drv.TimeToLive(c.in.lease)
-		switch {
-		case !ok:
-		case errors.Is(err, core.ErrLeaseNotFound):
-		case err != nil:
+		resp, rev, ok, err = n.drv.TimeToLive(c.in.lease, c.in.keys)
+		if ok && err != nil {
 			done(err)
 			return
-		default:
-			q.found, q.ttl, q.granted = true, int64(info.Remaining.Seconds()), info.GrantedTTL
-			if c.in.keys {
-				q.keys = info.Keys
-			}
+		}
+		if ok {
+			// A lease found has a granted TTL (at least etcd's least).
+			q.found, q.ttl, q.granted, q.keys = resp.GrantedTTL != 0, resp.TTL, resp.GrantedTTL, resp.Keys
 		}
 	}
 	if !ok {
