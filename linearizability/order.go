@@ -72,9 +72,11 @@ func CheckRevisionOrder(history []porcupine.Operation) error {
 			}
 		}
 		// The write first, then what only read, by call time; a revoke
-		// that deleted nothing (an expiry, called when its lease was
-		// granted) by its answer, the latest it may take effect: an
-		// operation in between that used the lease fits no state else.
+		// that deleted nothing by its answer, the latest it may take
+		// effect: an expiry is called when its lease's grant answered,
+		// so by call time it could go before that grant at the same
+		// revision. (Failures that name the lease may still place it
+		// anywhere in its window: revokeCut.)
 		at := func(o *ordered) int64 {
 			if o.in.Revoke != nil && !o.writer {
 				return o.op.Return
